@@ -1,0 +1,246 @@
+"""Turn a machine's JSON records into results.csv, Markdown tables, plots and the README table.
+
+    python scripts/report.py results/<machine>     # rebuild the tables from the records there
+
+Reads `records/<profile>/*.json` under the machine's folder (written by the notebooks, or by
+the runner for a notebook that failed) and writes, next to them:
+- `results.csv`: one row per record, every profile;
+- `results.md`: a table per profile and task (time with spread, throughput, accuracy or AUC,
+  versions, data kind, errors);
+- `plots/<profile>/<task>.png`: time per epoch or batch with its interquartile range, and the metric.
+`update_readme()` puts a summary of one profile between the README's results markers.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import math
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from scripts import suite  # noqa: E402
+from support.records import METRICS, RecordError, atomic_write_json, read  # noqa: E402, F401
+
+COLUMNS = ("task", "framework", "variant", "status", "profile", "data", "unit", "median_s", "q1_s", "q3_s", "iqr_s", "cv",
+           "n_timed", "warmup_s", "samples_per_s", "metric", "value", "n_parameters", "framework_version",
+           "python", "numpy", "device", "threads", "cuda", "cudnn", "machine", "git_commit", "date", "wall_s",
+           "error")
+README_START, README_END = "<!-- results:start -->", "<!-- results:end -->"
+TASK_TITLES = {"cnn_cifar10": "VGG-style CNN on CIFAR-10", "densenet_chestxray": "DenseNet-121 on ChestX-ray14",
+               "resnet50_features": "ResNet-50 feature extraction", "gru_imdb": "GRU on IMDB"}
+PROFILE_ORDER = {p: i for i, p in enumerate(suite.PROFILES)}
+FRAMEWORK_ORDER = {f: i for i, f in enumerate(suite.FRAMEWORKS)}
+
+
+def load_records(machine_dir: Path) -> list[dict]:
+    """Every readable record under machine_dir/records; an unreadable one becomes a failed row."""
+    out = []
+    for path in sorted((machine_dir / "records").glob("*/*.json")):
+        try:
+            out.append(read(path))
+        except RecordError as err:
+            task, framework, *variant = path.stem.split("__")
+            out.append({"task": task, "framework": framework, "variant": "".join(variant), "status": "failed",
+                        "profile": path.parent.name, "error": str(err)})
+    return out
+
+
+def row(record: dict) -> dict:
+    """Flatten one record into the CSV's columns."""
+    timing, env = record.get("timing") or {}, record.get("environment") or {}
+    metric = METRICS.get(record["task"]) or "images_per_s"
+    value = (record.get("metrics") or {}).get(metric)
+    return {
+        "task": record["task"], "framework": record["framework"], "variant": record.get("variant", ""),
+        "status": record["status"], "profile": record.get("profile"), "data": record.get("data"),
+        "unit": timing.get("unit"), "median_s": timing.get("median_s"), "q1_s": timing.get("q1_s"),
+        "q3_s": timing.get("q3_s"), "iqr_s": timing.get("iqr_s"),
+        "cv": timing.get("cv"), "n_timed": timing.get("n"),
+        "warmup_s": (timing.get("warmup_s") or [None])[0], "samples_per_s": timing.get("samples_per_s"),
+        "metric": metric, "value": value, "n_parameters": record.get("n_parameters"),
+        "framework_version": env.get("framework_version"), "python": env.get("python"), "numpy": env.get("numpy"),
+        "device": env.get("device"), "threads": env.get("threads"), "cuda": env.get("cuda"),
+        "cudnn": env.get("cudnn"), "machine": env.get("machine"), "git_commit": env.get("git_commit"),
+        "date": env.get("date"), "wall_s": record.get("wall_s"), "error": record.get("error"),
+    }
+
+
+def sort_key(r: dict):
+    return (PROFILE_ORDER.get(r["profile"], 99), suite.TASKS.index(r["task"]) if r["task"] in suite.TASKS else 99,
+            FRAMEWORK_ORDER.get(r["framework"], 99), r["variant"] or "")
+
+
+def write_csv(rows: list[dict], path: Path) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=COLUMNS)
+        writer.writeheader()
+        writer.writerows({k: ("" if v is None else v) for k, v in r.items()} for r in rows)
+    tmp.replace(path)
+
+
+def fmt(value, digits: int = 3) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.{digits}g}" if abs(value) < 10 ** digits else f"{value:,.0f}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return str(value)
+
+
+def fmt_metric(value) -> str:
+    """Accuracy and AUC to three decimals; a throughput as fmt() does."""
+    if isinstance(value, float) and value <= 1:
+        return f"{value:.3f}"
+    return fmt(value)
+
+
+def name(r: dict) -> str:
+    return r["framework"] + (f" ({r['variant']})" if r["variant"] else "")
+
+
+def task_table(rows: list[dict]) -> str:
+    unit = next((r["unit"] for r in rows if r["unit"]), "epoch")
+    metric = rows[0]["metric"]
+    lines = [f"| framework | status | s per {unit} (median) | IQR s | warm-up s | samples/s | {metric} | "
+             "parameters | version | data |", "|---|---|---:|---:|---:|---:|---:|---:|---|---|"]
+    for r in rows:
+        status = r["status"] if r["status"] == "ok" else f"**{r['status']}**: {(r['error'] or '')[:160]}"
+        lines.append(f"| {name(r)} | {status} | {fmt(r['median_s'])} | {fmt(r['iqr_s'], 2)} | {fmt(r['warmup_s'])} | "
+                     f"{fmt(r['samples_per_s'])} | {fmt_metric(r['value'])} | {fmt(r['n_parameters'])} | "
+                     f"{r['framework_version'] or '-'} | {r['data'] or '-'} |")
+    return "\n".join(lines)
+
+
+def groups(rows: list[dict]):
+    """(profile, task, rows) in table order."""
+    keys = sorted({(r["profile"], r["task"]) for r in rows},
+                  key=lambda k: (PROFILE_ORDER.get(k[0], 99), suite.TASKS.index(k[1]) if k[1] in suite.TASKS else 99))
+    for profile, task in keys:
+        yield profile, task, [r for r in rows if (r["profile"], r["task"]) == (profile, task)]
+
+
+def environment_line(rows: list[dict]) -> str:
+    ok = [r for r in rows if r["status"] == "ok"]
+    if not ok:
+        return ""
+    r = ok[0]
+    dates = sorted(x["date"] for x in ok if x["date"])
+    return (f"Machine `{r['machine']}` ({r['device']}, {r['threads']} threads), Python {r['python']}, "
+            f"commit {r['git_commit']}, {dates[0][:10]}" + (f" to {dates[-1][:10]}" if dates[-1][:10] != dates[0][:10] else ""))
+
+
+def write_markdown(rows: list[dict], path: Path, machine: str) -> None:
+    parts = [f"# Results on `{machine}`", "",
+             "Generated by `scripts/report.py` from the JSON records beside this file; do not edit by hand. "
+             "Times are medians over the timed epochs or batches after warm-up; IQR is their interquartile range.", ""]
+    for profile, task, task_rows in groups(rows):
+        parts += [f"## {TASK_TITLES.get(task, task)} (profile `{profile}`)", "", environment_line(task_rows), "",
+                  task_table(task_rows), "", f"![{task}](plots/{profile}/{task}.png)", ""]
+    path.write_text("\n".join(parts))
+
+
+def plot(task_rows: list[dict], path: Path, title: str) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = [name(r) for r in task_rows]
+    ok = [r["status"] == "ok" for r in task_rows]
+    fig, (ax_t, ax_m) = plt.subplots(1, 2, figsize=(11, 0.5 * len(task_rows) + 1.8), sharey=True)
+    y = range(len(task_rows))
+    times = [r["median_s"] if k else 0 for r, k in zip(task_rows, ok)]
+    spread = [[r["median_s"] - r["q1_s"] if k else 0 for r, k in zip(task_rows, ok)],
+              [r["q3_s"] - r["median_s"] if k else 0 for r, k in zip(task_rows, ok)]]
+    ax_t.barh(y, times, xerr=spread, color=["tab:blue" if k else "lightgrey" for k in ok], capsize=3)
+    for i, (r, k) in enumerate(zip(task_rows, ok)):
+        ax_t.text(times[i], i, f" {fmt(r['median_s'])}" if k else f" {r['status']}", va="center", fontsize=8)
+    unit = next((r["unit"] for r in task_rows if r["unit"]), "epoch")
+    ax_t.set_xlabel(f"seconds per {unit} (median, bar = IQR)")
+    values = [r["value"] if k and r["value"] is not None else 0 for r, k in zip(task_rows, ok)]
+    ax_m.barh(y, values, color=["tab:green" if k else "lightgrey" for k in ok])
+    for i, v in enumerate(values):
+        ax_m.text(v, i, f" {fmt_metric(v)}" if ok[i] else "", va="center", fontsize=8)
+    ax_m.set_xlabel(task_rows[0]["metric"])
+    ax_t.set_yticks(list(y), labels)
+    ax_t.invert_yaxis()
+    fig.suptitle(title)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def headline_profile(rows: list[dict]) -> str | None:
+    """The most complete profile present: full, else cpu, else tiny."""
+    present = {r["profile"] for r in rows}
+    return next((p for p in suite.PROFILES if p in present), None)
+
+
+def split_variant(r: dict) -> tuple[str, str]:
+    """(framework variant, DenseNet mode): 'jax-ram' -> ('jax', 'ram'); the mode is always last."""
+    if r["task"] == "densenet_chestxray":
+        *rest, mode = r["variant"].split("-")
+        return "-".join(rest), mode
+    return r["variant"], ""
+
+
+def readme_table(rows: list[dict], machine: str) -> str:
+    """One line per framework (and backend), one column per task, for the headline profile."""
+    profile = headline_profile(rows)
+    rows = [r for r in rows if r["profile"] == profile]
+    cells: dict[tuple, dict] = {}
+    for r in rows:
+        variant, mode = split_variant(r)
+        text = r["status"]
+        if r["status"] == "ok":
+            text = fmt(r["samples_per_s"]) if r["task"] == "resnet50_features" else fmt(r["median_s"])
+            if r["value"] is not None and r["task"] != "resnet50_features" and mode != "ram":
+                text += f" ({fmt_metric(r['value'])})"
+        cells.setdefault((r["framework"], variant), {})[(r["task"], mode)] = text
+    columns = [("cnn_cifar10", ""), ("densenet_chestxray", "loader"), ("densenet_chestxray", "ram"),
+               ("resnet50_features", ""), ("gru_imdb", "")]
+    lines = ["| framework | CNN s/epoch (accuracy) | DenseNet-121 s/epoch, loader (AUC) | DenseNet-121 s/epoch, RAM | "
+             "ResNet-50 images/s | GRU s/epoch (accuracy) |", "|---|---:|---:|---:|---:|---:|"]
+    for framework, variant in sorted(cells, key=lambda k: (FRAMEWORK_ORDER.get(k[0], 99), k[1])):
+        found = cells[(framework, variant)]
+        lines.append(f"| {framework}{f' ({variant})' if variant else ''} | "
+                     + " | ".join(found.get(c, "-") for c in columns) + " |")
+    kinds = sorted({r["data"] for r in rows if r["data"]})
+    note = (f"Profile `{profile}` on `{machine}`; data: {', '.join(kinds) or '-'}. {environment_line(rows)}. "
+            f"Details, spreads and plots: [results/{machine}/results.md](results/{machine}/results.md).")
+    return "\n".join([note, "", *lines])
+
+
+def update_readme(readme: Path, rows: list[dict], machine: str) -> None:
+    text = readme.read_text()
+    if README_START not in text or README_END not in text:
+        raise SystemExit(f"{readme}: no {README_START} ... {README_END} markers to put the results between")
+    before, rest = text.split(README_START, 1)
+    after = rest.split(README_END, 1)[1]
+    readme.write_text(f"{before}{README_START}\n{readme_table(rows, machine)}\n{README_END}{after}")
+
+
+def build(machine_dir: Path, readme: Path | None = None) -> list[dict]:
+    """Write results.csv, results.md and the plots for one machine; update the README if given."""
+    rows = sorted((row(r) for r in load_records(machine_dir)), key=sort_key)
+    if not rows:
+        print(f"no records under {machine_dir / 'records'}")
+        return rows
+    write_csv(rows, machine_dir / "results.csv")
+    write_markdown(rows, machine_dir / "results.md", machine_dir.name)
+    for profile, task, task_rows in groups(rows):
+        plot(task_rows, machine_dir / "plots" / profile / f"{task}.png",
+             f"{TASK_TITLES.get(task, task)} ({profile} profile, {machine_dir.name})")
+    if readme:
+        update_readme(readme, rows, machine_dir.name)
+    print(f"wrote {machine_dir / 'results.csv'}, results.md and plots ({len(rows)} rows)")
+    return rows
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        sys.exit("usage: python scripts/report.py results/<machine>")
+    build(Path(sys.argv[1]))

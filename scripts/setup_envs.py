@@ -1,0 +1,165 @@
+#!/usr/bin/env python3
+"""Build the project's pinned environments and register them as Jupyter kernels.
+
+    python3 scripts/setup_envs.py              # both environments, rebuilt only when pins change
+    python3 scripts/setup_envs.py legacy       # one of them
+    python3 scripts/setup_envs.py --force      # rebuild even if the pins are unchanged
+    python3 scripts/setup_envs.py --lock modern  # re-resolve requirements/modern.in into modern.txt
+
+Each environment is a virtual environment in `.venvs/<name>` made with Python 3.11 and
+installed from the exact pins in `requirements/<name>.txt` (plus
+`requirements/<name>-constraints.txt` for build-time pins, where it exists). A stamp file
+holds a hash of what it was built from, so a second call costs a second. Both kernels are
+registered in the modern environment's prefix, where the runner's Jupyter finds them, and
+the repository root is put on each environment's path so that notebooks `import support`.
+Runs with any Python 3; needs Python 3.11 (MXNet and Chainer break on 3.12).
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import suite  # noqa: E402
+
+PYTHON_VERSION = (3, 11)
+STAMP = ".dlr-stamp"
+BUILD_VERSION = 1   # bump when build() changes how an environment is made, to rebuild existing ones
+
+
+def find_python() -> str:
+    """The Python 3.11 interpreter to build with: $DLR_PYTHON, python3.11 on PATH, or this one."""
+    candidates = [os.environ.get("DLR_PYTHON"), shutil.which("python3.11")]
+    if sys.version_info[:2] == PYTHON_VERSION:
+        candidates.append(sys.executable)
+    for exe in filter(None, candidates):
+        try:
+            out = subprocess.run([exe, "-c", "import sys, venv; print(*sys.version_info[:2])"],
+                                 capture_output=True, text=True, check=True).stdout.split()
+        except (OSError, subprocess.CalledProcessError):
+            continue
+        if tuple(map(int, out)) == PYTHON_VERSION:
+            return exe
+    sys.exit("setup_envs.py: Python 3.11 with venv was not found (MXNet and Chainer break on 3.12): "
+             "install it (e.g. `pyenv install 3.11` or `apt install python3.11-venv`) "
+             "or set DLR_PYTHON to a python3.11 binary.")
+
+
+def pip_environ(env: str) -> dict:
+    """pip's environment: build-time constraints for this environment, where it has them."""
+    environ = dict(os.environ, PIP_DISABLE_PIP_VERSION_CHECK="1")
+    constraints = suite.REQUIREMENTS / f"{env}-constraints.txt"
+    if constraints.exists():
+        environ["PIP_CONSTRAINT"] = str(constraints)
+    return environ
+
+
+def fingerprint(python: str, env: str) -> str:
+    h = hashlib.sha256(Path(python).resolve().as_posix().encode())
+    for name in (f"{env}.txt", f"{env}-constraints.txt"):
+        path = suite.REQUIREMENTS / name
+        if path.exists():
+            h.update(path.read_bytes())
+    h.update(str(BUILD_VERSION).encode())
+    return h.hexdigest()
+
+
+def run(cmd: list, **kwargs) -> None:
+    print("+", " ".join(map(str, cmd)), flush=True)
+    subprocess.run(list(map(str, cmd)), check=True, **kwargs)
+
+
+def build(python: str, env: str, force: bool) -> None:
+    venv = suite.VENVS / env
+    stamp = venv / STAMP
+    want = fingerprint(python, env)
+    if not force and stamp.exists() and stamp.read_text() == want and suite.venv_python(env).exists():
+        print(f"{env}: up to date ({venv})")
+        return
+    start = time.time()
+    print(f"{env}: building {venv} from requirements/{env}.txt", flush=True)
+    run([python, "-m", "venv", "--clear", venv])
+    run([suite.venv_python(env), "-m", "pip", "install", "--quiet", "-r",
+         suite.REQUIREMENTS / f"{env}.txt"], env=pip_environ(env))
+    site = subprocess.run([suite.venv_python(env), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    Path(site, "dlrosetta.pth").write_text(str(suite.ROOT) + "\n")
+    stamp.write_text(want)
+    print(f"{env}: built in {time.time() - start:.0f} s")
+
+
+def register_kernels(envs: list[str]) -> None:
+    """Kernel specs go into the modern prefix: the runner (modern) finds them there."""
+    prefix = suite.VENVS / "modern"
+    for env in envs:
+        if suite.venv_python(env).exists():
+            run([suite.venv_python(env), "-m", "ipykernel", "install", "--prefix", prefix,
+                 "--name", suite.kernel_name(env), "--display-name", f"DL Rosetta ({env})"],
+                stdout=subprocess.DEVNULL)
+
+
+def lock(python: str, env: str) -> None:
+    """Resolve requirements/<env>.in in a scratch venv and write every exact pin to <env>.txt."""
+    with tempfile.TemporaryDirectory() as tmp:
+        run([python, "-m", "venv", tmp])
+        pip = [Path(tmp, "bin", "python"), "-m", "pip"]
+        run(pip + ["install", "--quiet", "-r", suite.REQUIREMENTS / f"{env}.in"], env=pip_environ(env))
+        frozen = subprocess.run(list(map(str, pip + ["freeze", "--all", "--exclude", "pip"])),
+                                capture_output=True, text=True, check=True).stdout
+    header = (f"# Exact pins of the `{env}` environment ({suite.ENVIRONMENTS[env]}).\n"
+              f"# Generated from {env}.in by `python3 scripts/setup_envs.py --lock {env}`; "
+              "edit the .in file, not this one.\n")
+    (suite.REQUIREMENTS / f"{env}.txt").write_text(header + frozen)
+    write_conda_file(env)
+    print(f"wrote requirements/{env}.txt and {conda_file(env).name}")
+
+
+def conda_file(env: str) -> Path:
+    return suite.ROOT / ("environment.yml" if env == "modern" else f"environment-{env}.yml")
+
+
+def pins(env: str) -> list[str]:
+    """The exact `name==version` lines of requirements/<env>.txt."""
+    lines = (suite.REQUIREMENTS / f"{env}.txt").read_text().splitlines()
+    return [line.strip() for line in lines if line.strip() and not line.startswith("#")]
+
+
+def write_conda_file(env: str) -> None:
+    """The same environment for conda users: Python 3.11 from conda-forge, every pin through pip."""
+    lines = [f"# The `{env}` environment for conda: {suite.ENVIRONMENTS[env]}.",
+             f"# Generated with requirements/{env}.txt by `python3 scripts/setup_envs.py --lock {env}`; "
+             "a test keeps the two in step.",
+             f"name: dlr-{env}", "channels:", "  - conda-forge", "dependencies:", "  - python=3.11", "  - pip",
+             "  - pip:"] + [f"      - {pin}" for pin in pins(env)]
+    conda_file(env).write_text("\n".join(lines) + "\n")
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("envs", nargs="*", help=f"environments to build (default: all of {', '.join(suite.ENVIRONMENTS)})")
+    parser.add_argument("--force", action="store_true", help="rebuild even if the pins are unchanged")
+    parser.add_argument("--lock", metavar="ENV",
+                        help="re-resolve requirements/ENV.in into requirements/ENV.txt and its conda file")
+    args = parser.parse_args(argv)
+    unknown = [e for e in args.envs + [args.lock] if e and e not in suite.ENVIRONMENTS]
+    if unknown:
+        sys.exit(f"setup_envs.py: unknown environment {unknown[0]!r}; choose from: {', '.join(suite.ENVIRONMENTS)}")
+    python = find_python()
+    if args.lock:
+        lock(python, args.lock)
+        return
+    envs = args.envs or list(suite.ENVIRONMENTS)
+    for env in envs:
+        build(python, env, args.force)
+    register_kernels(list(suite.ENVIRONMENTS))
+
+
+if __name__ == "__main__":
+    main()

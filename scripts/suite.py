@@ -1,0 +1,68 @@
+"""What the suite is made of: environments (Jupyter kernels), frameworks, tasks and variants.
+
+The one place that says which kernel runs which notebook and which notebooks run more than
+once (a papermill parameter per variant). Standard library only: `setup_envs.py` imports it
+with whatever Python 3 the user has, before any environment exists.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOKS = ROOT / "notebooks"
+VENVS = ROOT / ".venvs"
+REQUIREMENTS = ROOT / "requirements"
+
+# environment name -> what it is for. Each is a virtual environment in .venvs/<name>,
+# pinned by requirements/<name>.txt and registered as the Jupyter kernel `dlr-<name>`.
+ENVIRONMENTS = {
+    "modern": "numpy 2.x: PyTorch, TensorFlow, Keras 3, JAX + Flax; also runs papermill and pytest",
+    "legacy": "numpy 1.23.5: MXNet 1.9.1 and Chainer 7.8.1",
+}
+
+# framework -> environment whose kernel runs its notebooks, in the order tables show them.
+FRAMEWORKS = {
+    "pytorch": "modern",
+    "tensorflow": "modern",
+    "keras": "modern",
+    "jax": "modern",
+    "mxnet": "legacy",
+    "chainer": "legacy",
+}
+
+TASKS = ("cnn_cifar10", "densenet_chestxray", "resnet50_features", "gru_imdb")
+
+PROFILES = ("full", "cpu", "tiny")
+
+# Notebooks that run more than once: (task or "*", framework or "*") -> (parameter, values).
+# The runner passes each value as that papermill parameter and records it as the variant.
+VARIANTS = {
+    ("*", "keras"): ("backend", ("tensorflow", "jax", "torch")),
+    ("densenet_chestxray", "*"): ("mode", ("loader", "ram")),   # last: labels read 'jax-ram'
+}
+
+
+def kernel_name(env: str) -> str:
+    return f"dlr-{env}"
+
+
+def venv_python(env: str) -> Path:
+    return VENVS / env / "bin" / "python"
+
+
+def notebook_path(task: str, framework: str) -> Path:
+    return NOTEBOOKS / task / f"{framework}.ipynb"
+
+
+def variants(task: str, framework: str) -> list[dict]:
+    """Every papermill parameter set one notebook runs with ([{}] when it runs once)."""
+    runs = [{}]
+    for (t, f), (name, values) in VARIANTS.items():
+        if t in ("*", task) and f in ("*", framework):
+            runs = [dict(run, **{name: value}) for run in runs for value in values]
+    return runs
+
+
+def variant_label(run: dict) -> str:
+    """'' for a notebook that runs once, else the values joined, e.g. 'jax' or 'jax-ram'."""
+    return "-".join(str(v) for v in run.values())

@@ -1,0 +1,15 @@
+"""Shared, framework-neutral helpers for the DL Rosetta notebooks.
+
+Only what a reader did not come to learn lives here: parameters (`params`), data (`data`),
+timing (`timing`), result records (`records`) and the environment (`env`). Every line of
+model, loss, optimiser, training loop and device handling stays in the notebooks.
+numpy and the standard library only, so the same code runs in every kernel (numpy 2.x and
+numpy 1.23 alike).
+
+Importing `support` points the frameworks' caches (Keras, torch hub, inductor, matplotlib,
+IPython) at the project's `.cache/` folder unless the caller already chose a place, so that
+notebooks leave nothing in the home directory. Import it before the framework.
+"""
+from support import env as _env
+
+_env.use_project_cache()

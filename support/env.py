@@ -1,0 +1,123 @@
+"""The machine and software a result was measured on, and where caches go.
+
+`describe()` gathers what every record carries (Python, numpy, OS, CPU, git commit, date)
+plus what the notebook passes about its framework; `machine_name()` names the results folder.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def cache_dir() -> Path:
+    """The project's cache: $DLROSETTA_CACHE, else `.cache/` at the repository root."""
+    return Path(os.environ.get("DLROSETTA_CACHE") or ROOT / ".cache")
+
+
+def project_environment() -> dict:
+    """Environment variables that keep every framework's files inside the project's cache."""
+    cache = cache_dir()
+    return {
+        "DLROSETTA_CACHE": str(cache),
+        "KERAS_HOME": str(cache / "keras"),
+        "TORCH_HOME": str(cache / "torch"),
+        "TORCHINDUCTOR_CACHE_DIR": str(cache / "torchinductor"),
+        "TRITON_CACHE_DIR": str(cache / "triton"),
+        "MPLCONFIGDIR": str(cache / "matplotlib"),
+        "IPYTHONDIR": str(cache / "ipython"),
+        "JUPYTER_RUNTIME_DIR": str(cache / "jupyter-runtime"),
+        "MXNET_HOME": str(cache / "mxnet"),
+        "CHAINER_DATASET_ROOT": str(cache / "chainer"),
+        "TF_CPP_MIN_LOG_LEVEL": "2",
+    }
+
+
+def use_project_cache() -> None:
+    """Set each of `project_environment()` unless the user already set it."""
+    for key, value in project_environment().items():
+        os.environ.setdefault(key, value)
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def gpu_names() -> list[str]:
+    """NVIDIA GPUs as nvidia-smi names them ([] without a driver); no framework import."""
+    if not shutil.which("nvidia-smi"):
+        return []
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [line.strip() for line in out.splitlines() if line.strip()]
+
+
+def _slug(text: str) -> str:
+    text = re.sub(r"\((r|tm)\)|cpu|processor|@.*|\d+-core", "", text.lower())
+    return re.sub(r"[^a-z0-9]+", "-", text).strip("-")
+
+
+def machine_name() -> str:
+    """A folder name for this machine's results, e.g. `nvidia-h100-x1` or `cpu-2c-intel-xeon-platinum-8488c`."""
+    gpus = gpu_names()
+    if gpus:
+        return f"{_slug(gpus[0])}-x{len(gpus)}"
+    return f"cpu-{os.cpu_count()}c-{_slug(cpu_model())}"
+
+
+def git_commit() -> str:
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=ROOT,
+                                capture_output=True, text=True, timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return (commit + ("-dirty" if dirty else "")) or "unknown"
+
+
+def describe(framework: str, version: str, device: str, threads: int | None = None, **extra) -> dict:
+    """Everything a record says about where it was measured; `extra` takes e.g. cuda, cudnn."""
+    info = {
+        "framework": framework,
+        "framework_version": version,
+        "device": device,
+        "threads": threads,
+        **extra,
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "os": f"{platform.system()} {platform.release()}",
+        "cpu": cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "gpus": gpu_names(),
+        "machine": machine_name(),
+        "git_commit": git_commit(),
+        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+    }
+    return info
+
+
+def show(info: dict) -> None:
+    """Print `describe()`'s answer as the notebook's versions table."""
+    width = max(map(len, info))
+    for key, value in info.items():
+        print(f"{key:<{width}}  {value}")
+    sys.stdout.flush()

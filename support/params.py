@@ -1,0 +1,133 @@
+"""The numbers every framework's notebook of a task shares, in three profiles.
+
+- `full`: the seed's settings (ilkarman/DeepLearningFrameworks), for a GPU.
+- `cpu`:  scaled down so the whole suite on a 2-core CPU finishes well under an hour, while
+          each timing is still a steady-state measurement (warm-up excluded, several repeats).
+- `tiny`: seconds per notebook, for CI smoke tests.
+
+`load(task, profile)` resolves "auto" to `full` where a GPU is seen and `cpu` otherwise, and
+prints the choice. Sizes of None mean "the whole dataset".
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+PROFILES = ("full", "cpu", "tiny")
+
+
+@dataclass(frozen=True)
+class CNNParams:
+    """VGG-style CNN on CIFAR-10, trained with SGD + momentum."""
+    profile: str
+    epochs: int = 10
+    batch_size: int = 64
+    lr: float = 0.01
+    momentum: float = 0.9
+    n_classes: int = 10
+    n_train: int | None = None
+    n_test: int | None = None
+    warmup_epochs: int = 1
+    seed: int = 42
+
+
+@dataclass(frozen=True)
+class GRUParams:
+    """GRU sentiment classifier on IMDB, trained with Adam."""
+    profile: str
+    epochs: int = 3
+    batch_size: int = 64
+    lr: float = 1e-3
+    embedding_dim: int = 125
+    hidden_dim: int = 100
+    n_classes: int = 2
+    max_len: int = 150
+    vocab_size: int = 30000
+    n_train: int | None = None
+    n_test: int | None = None
+    warmup_epochs: int = 1
+    seed: int = 42
+
+
+@dataclass(frozen=True)
+class DenseNetParams:
+    """DenseNet-121 on NIH ChestX-ray14 (multi-label, sigmoid outputs), trained with Adam."""
+    profile: str
+    epochs: int = 5
+    batch_size: int = 32          # per device
+    lr: float = 1e-4
+    n_labels: int = 14
+    image_size: int = 224         # random crop (train) / centre crop (test) ...
+    resize: int = 264             # ... from images resized to this
+    n_train: int | None = None
+    n_test: int | None = None
+    synthetic_px: int = 1024      # side of the PNGs written when real data is absent
+    ram_n_train: int = 2048       # images held in RAM in the "ram" mode (synthetic, no input pipeline)
+    ram_n_test: int = 512
+    warmup_epochs: int = 1
+    seed: int = 42
+
+
+@dataclass(frozen=True)
+class ResNetParams:
+    """ResNet-50 forward pass to the 2048-d pooled features, in inference mode."""
+    profile: str
+    batch_size: int = 32
+    n_batches: int = 40           # timed batches
+    warmup_batches: int = 3       # untimed (cold) batches first
+    image_size: int = 224
+    n_features: int = 2048
+    seed: int = 42
+
+
+_PROFILES = {
+    "cnn_cifar10": {
+        "full": CNNParams("full"),
+        "cpu": CNNParams("cpu", epochs=4, n_train=2048, n_test=1000),
+        "tiny": CNNParams("tiny", epochs=3, batch_size=32, n_train=512, n_test=256),
+    },
+    "gru_imdb": {
+        "full": GRUParams("full"),
+        "cpu": GRUParams("cpu", epochs=3, n_train=3200, n_test=2000),
+        "tiny": GRUParams("tiny", epochs=3, batch_size=32, n_train=512, n_test=256),
+    },
+    "densenet_chestxray": {
+        "full": DenseNetParams("full"),
+        "cpu": DenseNetParams("cpu", epochs=2, batch_size=8, n_train=48, n_test=32,
+                              ram_n_train=48, ram_n_test=32),
+        "tiny": DenseNetParams("tiny", epochs=2, batch_size=4, image_size=64, resize=72,
+                               n_train=16, n_test=16, synthetic_px=128, ram_n_train=16, ram_n_test=16),
+    },
+    "resnet50_features": {
+        "full": ResNetParams("full"),
+        "cpu": ResNetParams("cpu", batch_size=16, n_batches=6, warmup_batches=1),
+        "tiny": ResNetParams("tiny", batch_size=4, n_batches=2, warmup_batches=1, image_size=64),
+    },
+}
+
+TASKS = tuple(_PROFILES)
+
+
+def resolve_profile(profile: str, gpu: bool) -> str:
+    if profile == "auto":
+        return "full" if gpu else "cpu"
+    if profile not in PROFILES:
+        raise ValueError(f"unknown profile {profile!r}; choose from: auto, {', '.join(PROFILES)}")
+    return profile
+
+
+def load(task: str, profile: str = "auto", gpu: bool = False):
+    """The parameters of `task` under `profile` ("auto": full with a GPU, else cpu)."""
+    if task not in _PROFILES:
+        raise ValueError(f"unknown task {task!r}; choose from: {', '.join(TASKS)}")
+    chosen = resolve_profile(profile, gpu)
+    how = f" (auto: {'a GPU is' if gpu else 'no GPU'} visible)" if profile == "auto" else ""
+    params = _PROFILES[task][chosen]
+    print(f"profile: {chosen}{how}")
+    for field in dataclasses.fields(params)[1:]:
+        print(f"  {field.name} = {getattr(params, field.name)}")
+    return params
+
+
+def as_dict(params) -> dict:
+    return dataclasses.asdict(params)

@@ -1,0 +1,88 @@
+"""Benchmark timing: warm-up, repeats, synchronisation, robust statistics.
+
+A `Stopwatch` times repeated blocks (epochs, batches). The first `warmup` laps are recorded
+separately (they hold compilation, autotuning, caches filling) and the rest give the median,
+the interquartile range, the coefficient of variation and the throughput. Frameworks that run
+asynchronously pass their synchronisation (`torch.cuda.synchronize`, `mx.nd.waitall`, a
+`block_until_ready`) as `sync`, called before the clock is read at both ends of every lap.
+
+    epochs = timing.Stopwatch(warmup=1, sync=torch.cuda.synchronize)
+    for epoch in range(P.epochs):
+        with epochs.lap(samples=n_train):
+            train_one_epoch()
+    epochs.summary()   # {'unit': 'epoch', 'median_s': ..., 'iqr_s': ..., 'samples_per_s': ...}
+"""
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+from typing import Callable
+
+import numpy as np
+
+
+def stats(seconds) -> dict:
+    """Median, quartiles, IQR, mean, standard deviation and coefficient of variation of timings."""
+    t = np.asarray(seconds, dtype=np.float64)
+    if t.size == 0:
+        raise ValueError("no timed laps: run more repeats than warm-up laps")
+    q1, median, q3 = np.percentile(t, [25, 50, 75])
+    mean = t.mean()
+    std = t.std(ddof=1) if t.size > 1 else 0.0
+    return {"n": int(t.size), "median_s": float(median), "q1_s": float(q1), "q3_s": float(q3),
+            "iqr_s": float(q3 - q1), "mean_s": float(mean), "std_s": float(std),
+            "cv": float(std / mean) if mean > 0 else 0.0, "min_s": float(t.min()), "max_s": float(t.max())}
+
+
+class Stopwatch:
+    """Times laps; the first `warmup` are kept apart from the steady-state statistics."""
+
+    def __init__(self, unit: str = "epoch", warmup: int = 1, sync: Callable[[], object] | None = None,
+                 clock: Callable[[], float] = time.perf_counter):
+        self.unit, self.warmup, self.sync, self.clock = unit, warmup, sync, clock
+        self.laps: list[float] = []
+        self.samples: list[int] = []
+
+    @contextmanager
+    def lap(self, samples: int = 0):
+        """Time the block; `samples` is how many examples it processed (for throughput)."""
+        if self.sync:
+            self.sync()
+        start = self.clock()
+        yield
+        if self.sync:
+            self.sync()
+        self.laps.append(self.clock() - start)
+        self.samples.append(samples)
+
+    @property
+    def last(self) -> float:
+        return self.laps[-1]
+
+    def summary(self) -> dict:
+        timed, timed_samples = self.laps[self.warmup:], self.samples[self.warmup:]
+        out = {"unit": self.unit, **stats(timed), "warmup_s": self.laps[:self.warmup], "laps_s": timed}
+        total = sum(timed)
+        out["samples_per_s"] = sum(timed_samples) / total if total > 0 and any(timed_samples) else None
+        return out
+
+
+def benchmark(fn: Callable[[], object], repeats: int, warmup: int = 1, samples: int = 0,
+              sync: Callable[[], object] | None = None, unit: str = "batch",
+              clock: Callable[[], float] = time.perf_counter) -> dict:
+    """Call `fn` warmup + repeats times, timing each call; returns `Stopwatch.summary()`."""
+    watch = Stopwatch(unit=unit, warmup=warmup, sync=sync, clock=clock)
+    for _ in range(warmup + repeats):
+        with watch.lap(samples):
+            fn()
+    return watch.summary()
+
+
+def describe(summary: dict) -> str:
+    """One line for the notebook: 'median 12.3 s per epoch (IQR 0.4 s, CV 2%, 3 timed; warm-up 15.1 s), 166 samples/s'."""
+    warm = ", ".join(f"{w:.3g} s" for w in summary["warmup_s"])
+    line = (f"median {summary['median_s']:.4g} s per {summary['unit']} (IQR {summary['iqr_s']:.2g} s, "
+            f"CV {100 * summary['cv']:.0f}%, {summary['n']} timed" + (f"; warm-up {warm})" if warm else ")"))
+    if summary.get("samples_per_s"):
+        line += f", {summary['samples_per_s']:.1f} samples/s"
+    return line
