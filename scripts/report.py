@@ -127,9 +127,10 @@ def environment_line(rows: list[dict]) -> str:
     if not ok:
         return ""
     r = ok[0]
-    dates = sorted(x["date"] for x in ok if x["date"])
+    days = sorted({x["date"][:10] for x in ok if x["date"]})
+    when = f", {days[0]}" + (f" to {days[-1]}" if len(days) > 1 else "") if days else ""
     return (f"Machine `{r['machine']}` ({r['device']}, {r['threads']} threads), Python {r['python']}, "
-            f"commit {r['git_commit']}, {dates[0][:10]}" + (f" to {dates[-1][:10]}" if dates[-1][:10] != dates[0][:10] else ""))
+            f"commit {r['git_commit']}{when}")
 
 
 def write_markdown(rows: list[dict], path: Path, machine: str) -> None:

@@ -62,7 +62,10 @@ def pip_environ(env: str) -> dict:
 
 
 def fingerprint(python: str, env: str) -> str:
-    h = hashlib.sha256(Path(python).resolve().as_posix().encode())
+    """A hash of what the environment is built from: the interpreter's version and the pin files."""
+    version = subprocess.run([python, "-c", "import sys; print(sys.version)"], capture_output=True, text=True,
+                             check=True).stdout
+    h = hashlib.sha256(version.encode())
     for name in (f"{env}.txt", f"{env}-constraints.txt"):
         path = suite.REQUIREMENTS / name
         if path.exists():
@@ -76,11 +79,14 @@ def run(cmd: list, **kwargs) -> None:
     subprocess.run(list(map(str, cmd)), check=True, **kwargs)
 
 
+def up_to_date(python: str, env: str) -> bool:
+    stamp = suite.VENVS / env / STAMP
+    return stamp.exists() and stamp.read_text() == fingerprint(python, env) and suite.venv_python(env).exists()
+
+
 def build(python: str, env: str, force: bool) -> None:
     venv = suite.VENVS / env
-    stamp = venv / STAMP
-    want = fingerprint(python, env)
-    if not force and stamp.exists() and stamp.read_text() == want and suite.venv_python(env).exists():
+    if not force and up_to_date(python, env):
         print(f"{env}: up to date ({venv})")
         return
     start = time.time()
@@ -91,18 +97,20 @@ def build(python: str, env: str, force: bool) -> None:
     site = subprocess.run([suite.venv_python(env), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                           capture_output=True, text=True, check=True).stdout.strip()
     Path(site, "dlrosetta.pth").write_text(str(suite.ROOT) + "\n")
-    stamp.write_text(want)
+    (venv / STAMP).write_text(fingerprint(python, env))
     print(f"{env}: built in {time.time() - start:.0f} s")
 
 
 def register_kernels(envs: list[str]) -> None:
     """Kernel specs go into the modern prefix: the runner (modern) finds them there."""
     prefix = suite.VENVS / "modern"
+    cache = Path(os.environ.get("DLROSETTA_CACHE") or suite.ROOT / ".cache")
+    environ = dict(os.environ, IPYTHONDIR=os.environ.get("IPYTHONDIR") or str(cache / "ipython"))  # not ~/.ipython
     for env in envs:
         if suite.venv_python(env).exists():
             run([suite.venv_python(env), "-m", "ipykernel", "install", "--prefix", prefix,
                  "--name", suite.kernel_name(env), "--display-name", f"DL Rosetta ({env})"],
-                stdout=subprocess.DEVNULL)
+                capture_output=True, env=environ)   # it warns that the prefix is not on Jupyter's path: the runner's is
 
 
 def lock(python: str, env: str) -> None:
@@ -145,6 +153,8 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("envs", nargs="*", help=f"environments to build (default: all of {', '.join(suite.ENVIRONMENTS)})")
     parser.add_argument("--force", action="store_true", help="rebuild even if the pins are unchanged")
+    parser.add_argument("--check", action="store_true",
+                        help="build nothing; say whether each environment is up to date (exit 1 if not)")
     parser.add_argument("--lock", metavar="ENV",
                         help="re-resolve requirements/ENV.in into requirements/ENV.txt and its conda file")
     args = parser.parse_args(argv)
@@ -156,6 +166,11 @@ def main(argv=None) -> None:
         lock(python, args.lock)
         return
     envs = args.envs or list(suite.ENVIRONMENTS)
+    if args.check:
+        stale = [env for env in envs if not up_to_date(python, env)]
+        for env in envs:
+            print(f"{env}: {'needs a build' if env in stale else 'up to date'}")
+        sys.exit(1 if stale else 0)
     for env in envs:
         build(python, env, args.force)
     register_kernels(list(suite.ENVIRONMENTS))

@@ -1,0 +1,32 @@
+"""Test set-up: every test works in a private cache, so nothing touches the user's .cache/ or home."""
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def private_cache(tmp_path_factory):
+    cache = tmp_path_factory.mktemp("cache")
+    old = os.environ.get("DLROSETTA_CACHE")
+    os.environ["DLROSETTA_CACHE"] = str(cache)
+    yield cache
+    if old is None:
+        os.environ.pop("DLROSETTA_CACHE", None)
+    else:
+        os.environ["DLROSETTA_CACHE"] = old
+
+
+@pytest.fixture
+def no_network(monkeypatch):
+    """Make every download fail as it does offline: tests never fetch datasets."""
+    from support import data
+
+    def offline(url, *args, **kwargs):
+        raise OSError(f"network disabled in tests ({url})")
+
+    monkeypatch.setattr(data, "download", offline)

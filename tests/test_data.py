@@ -1,0 +1,231 @@
+"""support.data: the real on-disk formats, synthetic stand-ins, checksums and clear errors."""
+import csv
+import io
+import pickle
+import tarfile
+
+import numpy as np
+import pytest
+
+from support import data as D
+
+
+# --- CIFAR-10 ---------------------------------------------------------------------------------
+
+def test_synthetic_cifar10_is_a_real_cifar_tarball(tmp_path):
+    path = tmp_path / "cifar-10-python.tar.gz"
+    D.write_synthetic_cifar10(path, n_train=50, n_test=20)
+    with tarfile.open(path) as tar:
+        names = set(tar.getnames())
+        meta = pickle.load(tar.extractfile("cifar-10-batches-py/batches.meta"), encoding="latin1")
+        batch = pickle.load(tar.extractfile("cifar-10-batches-py/data_batch_1"), encoding="latin1")
+    assert {f"cifar-10-batches-py/data_batch_{i}" for i in range(1, 6)} <= names
+    assert "cifar-10-batches-py/test_batch" in names
+    assert meta["label_names"] == list(D.CIFAR10_CLASSES)
+    assert batch["data"].dtype == np.uint8 and batch["data"].shape == (10, 3072)
+    x_train, y_train, x_test, y_test = D.read_cifar10(path)
+    assert x_train.shape == (50, 3, 32, 32) and x_test.shape == (20, 3, 32, 32)
+    assert y_train.dtype == np.int32 and set(np.unique(y_train)) <= set(range(10))
+
+
+def test_cifar10_reads_a_user_tarball_in_both_layouts(tmp_path, no_network):
+    path = tmp_path / "cifar-10-python.tar.gz"
+    D.write_synthetic_cifar10(path, n_train=100, n_test=40)
+    nchw = D.cifar10(tmp_path, n_train=60, n_test=30)          # a folder holding the tarball
+    nhwc = D.cifar10(path, n_train=60, n_test=30, channel_first=False)
+    assert nchw.kind == "real" and nchw.source == str(path)
+    assert nchw.x_train.shape == (60, 3, 32, 32) and nchw.x_test.shape == (30, 3, 32, 32)
+    assert nchw.x_train.dtype == np.float32 and nchw.y_train.dtype == np.int32
+    np.testing.assert_allclose(nchw.x_train.mean(axis=(0, 2, 3)), 0, atol=1e-4)   # standardised per channel
+    np.testing.assert_allclose(nchw.x_train.std(axis=(0, 2, 3)), 1, atol=1e-4)
+    np.testing.assert_array_equal(nhwc.x_train, np.moveaxis(nchw.x_train, 1, -1))
+
+
+def test_cifar10_falls_back_to_synthetic_offline_and_says_so(no_network, capsys):
+    ds = D.cifar10("auto", n_train=40, n_test=20)
+    assert ds.kind == "synthetic" and ds.x_train.shape == (40, 3, 32, 32)
+    assert "using synthetic CIFAR-10" in capsys.readouterr().out
+
+
+def test_cifar10_real_without_data_is_a_one_line_error(no_network):
+    with pytest.raises(D.DataError) as err:
+        D.cifar10("real")
+    message = str(err.value)
+    assert "\n" not in message and D.CIFAR10_URL in message and "could not be downloaded" in message
+
+
+def test_corrupt_cached_tarball_fails_the_checksum_naming_the_file(private_cache):
+    cached = D.data_dir() / "cifar10" / "cifar-10-python.tar.gz"
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    cached.write_bytes(b"truncated")
+    try:
+        with pytest.raises(D.ChecksumError, match=str(cached)):
+            D.cifar10("auto")
+    finally:
+        cached.unlink()
+
+
+def test_unreadable_tarball_is_named(tmp_path):
+    bad = tmp_path / "cifar-10-python.tar.gz"
+    bad.write_bytes(b"not a tarball at all")
+    with pytest.raises(D.DataError, match="cifar-10-python.tar.gz"):
+        D.read_cifar10(bad)
+    empty = tmp_path / "empty.tar.gz"
+    with tarfile.open(empty, "w:gz") as tar:
+        tar.addfile(tarfile.TarInfo("other.txt"), io.BytesIO(b""))
+    with pytest.raises(D.DataError, match="not a CIFAR-10 python tarball"):
+        D.read_cifar10(empty)
+
+
+def test_missing_user_path_is_named(tmp_path):
+    with pytest.raises(D.DataError, match="does not exist"):
+        D.cifar10(tmp_path / "nowhere.tar.gz")
+
+
+# --- downloads --------------------------------------------------------------------------------
+
+def test_download_keeps_a_file_whose_checksum_matches(tmp_path):
+    source = tmp_path / "source.bin"
+    source.write_bytes(b"x" * 1000)
+    dest = D.download(source.as_uri(), tmp_path / "out" / "file.bin", "md5", D.file_digest(source, "md5"))
+    assert dest.read_bytes() == source.read_bytes()
+
+
+def test_download_with_a_bad_checksum_leaves_nothing_and_names_file_and_url(tmp_path):
+    source = tmp_path / "source.bin"
+    source.write_bytes(b"corrupted payload")
+    dest = tmp_path / "out" / "imdb.npz"
+    with pytest.raises(D.ChecksumError) as err:
+        D.download(source.as_uri(), dest, "sha256", D.IMDB_SHA256)
+    assert str(dest) in str(err.value) and source.as_uri() in str(err.value)
+    assert not dest.exists() and not list(dest.parent.glob("*.part"))
+
+
+# --- IMDB -------------------------------------------------------------------------------------
+
+def keras_reference(reviews, vocab_size, max_len):
+    """keras.datasets.imdb.load_data + pad_sequences, written out plainly."""
+    out = np.zeros((len(reviews), max_len), dtype=np.int32)
+    for i, review in enumerate(reviews):
+        seq = [1] + [w + 3 for w in review]
+        seq = [w if w < vocab_size else 2 for w in seq][-max_len:]
+        out[i, max_len - len(seq):] = seq
+    return out
+
+
+def test_encode_reviews_follows_keras_conventions():
+    reviews = [[1, 2, 3], [5, 99, 7, 8, 9, 10, 11], list(range(1, 30))]
+    encoded = D.encode_reviews(reviews, vocab_size=20, max_len=6)
+    np.testing.assert_array_equal(encoded, keras_reference(reviews, 20, 6))
+    assert encoded[0].tolist() == [0, 0, 1, 4, 5, 6]          # padded at the front, start token 1, ranks + 3
+    assert encoded[1].tolist() == [2, 10, 11, 12, 13, 14]      # 99 + 3 >= 20 -> out of vocabulary 2; front cut
+
+
+def test_imdb_reads_keras_npz_and_matches_the_reference(tmp_path, no_network):
+    path = tmp_path / "imdb.npz"
+    D.write_synthetic_imdb(path, n_train=60, n_test=40)
+    ds = D.imdb(path, n_train=50, n_test=30, vocab_size=1000, max_len=150)
+    assert ds.kind == "real" and ds.x_train.shape == (50, 150) and ds.x_test.shape == (30, 150)
+    assert ds.x_train.dtype == np.int32 and set(np.unique(ds.y_train)) <= {0, 1}
+    x_train, y_train, _, _ = D.read_imdb(path)
+    order = np.random.RandomState(113).permutation(60)[:50]     # Keras shuffles with seed 113
+    np.testing.assert_array_equal(ds.x_train, keras_reference(x_train[order], 1000, 150))
+    np.testing.assert_array_equal(ds.y_train, y_train[order])
+
+
+def test_unreadable_npz_is_named(tmp_path):
+    bad = tmp_path / "imdb.npz"
+    bad.write_bytes(b"\x00" * 64)
+    with pytest.raises(D.DataError, match="imdb.npz"):
+        D.read_imdb(bad)
+
+
+# --- ChestX-ray14 -------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def xray_root(tmp_path_factory):
+    root = tmp_path_factory.mktemp("xray") / "chestxray14"
+    D.write_synthetic_chestxray(root, n_train=24, n_test=10, px=48)
+    return root
+
+
+def test_synthetic_chestxray_has_the_official_layout(xray_root):
+    assert (xray_root / "Data_Entry_2017.csv").exists()
+    with open(xray_root / "Data_Entry_2017.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert {"Image Index", "Finding Labels", "Patient ID"} <= set(rows[0])
+    assert all((xray_root / "images" / r["Image Index"]).exists() for r in rows)
+    train = (xray_root / "train_val_list.txt").read_text().split()
+    test = (xray_root / "test_list.txt").read_text().split()
+    assert len(train) == 24 and len(test) == 10
+
+
+def test_chestxray_index_is_split_by_patient(xray_root, no_network):
+    ix = D.chestxray(xray_root, n_train=20, n_test=8)
+    assert ix.kind == "real" and len(ix.train_paths) == 20 and len(ix.test_paths) == 8
+    assert ix.y_train.shape == (20, 14) and ix.y_train.dtype == np.float32
+    patients = lambda paths: {p.rsplit("/", 1)[1].split("_")[0] for p in paths}  # noqa: E731
+    assert not patients(ix.train_paths) & patients(ix.test_paths)
+    image = D.read_xray(ix.train_paths[0], 40)
+    assert image.shape == (40, 40) and image.dtype == np.uint8
+
+
+def test_chestxray_rejects_a_patient_in_both_splits(xray_root, tmp_path):
+    import shutil
+    root = tmp_path / "leaky"
+    shutil.copytree(xray_root, root)
+    test = (root / "test_list.txt").read_text().split()
+    train = (root / "train_val_list.txt").read_text().split()
+    (root / "test_list.txt").write_text("\n".join(test + train[:1]))
+    with pytest.raises(D.DataError, match="split must be by patient"):
+        D.read_chestxray_index(root)
+
+
+def test_chestxray_unknown_label_names_csv_and_image(xray_root, tmp_path):
+    import shutil
+    root = tmp_path / "typo"
+    shutil.copytree(xray_root, root)
+    csv_path = root / "Data_Entry_2017.csv"
+    lines = csv_path.read_text().splitlines()
+    first = lines[1].split(",")
+    first[1] = "Pneumonnia"
+    csv_path.write_text("\n".join([lines[0], ",".join(first)] + lines[2:]) + "\n")
+    with pytest.raises(D.DataError, match=r"Data_Entry_2017.csv: image .* unknown label\(s\) \['Pneumonnia'\]"):
+        D.read_chestxray_index(root)
+
+
+def test_chestxray_missing_pieces_say_what_to_get(tmp_path, no_network):
+    with pytest.raises(D.DataError, match="no Data_Entry_2017.csv"):
+        D.read_chestxray_index(tmp_path)
+    with pytest.raises(D.DataError, match="DLROSETTA_CHESTXRAY"):
+        D.chestxray("real")
+
+
+def test_unreadable_png_is_named(tmp_path):
+    bad = tmp_path / "00000001_000.png"
+    bad.write_bytes(b"not a png")
+    with pytest.raises(D.DataError, match="00000001_000.png"):
+        D.read_xray(str(bad), 32)
+
+
+def test_chestxray_in_ram_matches_the_file_format():
+    x, y = D.chestxray_in_ram(6, 32, seed=1)
+    assert x.shape == (6, 32, 32) and x.dtype == np.uint8 and y.shape == (6, 14)
+
+
+# --- shared helpers ---------------------------------------------------------------------------
+
+def test_minibatches_cover_every_index_once_in_a_seeded_order():
+    batches = list(D.minibatches(10, 4, seed=3))
+    assert [len(b) for b in batches] == [4, 4, 2]
+    assert sorted(np.concatenate(batches).tolist()) == list(range(10))
+    assert all((a == b).all() for a, b in zip(batches, D.minibatches(10, 4, seed=3)))
+    assert [len(b) for b in D.minibatches(10, 4, seed=3, drop_last=True)] == [4, 4]
+    assert np.concatenate(list(D.minibatches(5, 2))).tolist() == [0, 1, 2, 3, 4]
+
+
+def test_one_hot_and_layouts():
+    np.testing.assert_array_equal(D.one_hot(np.array([2, 0]), 3), [[0, 0, 1], [1, 0, 0]])
+    x = np.arange(2 * 3 * 4 * 5).reshape(2, 3, 4, 5)
+    assert D.channel_last(x).shape == (2, 4, 5, 3) and D.channel_last(x).flags.c_contiguous
+    assert D.fake_images(2, 8, channel_first=False).shape == (2, 8, 8, 3)

@@ -1,0 +1,79 @@
+"""Every notebook: the shared structure, and a real run at the tiny profile in its kernel."""
+import json
+
+import nbformat
+import pytest
+
+from scripts import run_all, suite
+from support import records
+
+NOTEBOOKS = sorted(suite.NOTEBOOKS.glob("*/*.ipynb"))
+JOBS = run_all.plan(run_all.parse_args(["--profile", "tiny"]))
+
+
+def headings(nb):
+    return [line for cell in nb.cells if cell.cell_type == "markdown"
+            for line in cell.source.splitlines() if line.startswith("## ")]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: f"{p.parent.name}/{p.stem}")
+def test_notebook_follows_the_shared_skeleton(path):
+    nb = nbformat.read(path, as_version=4)
+    nbformat.validate(nb)
+    assert path.parent.name in suite.TASKS and path.stem in suite.FRAMEWORKS
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert "parameters" in code[0].metadata.get("tags", []), "the first code cell must be tagged 'parameters'"
+    assert "profile = " in code[0].source and "record_path = None" in code[0].source
+    assert not any(c.outputs or c.execution_count for c in code), "source notebooks carry no outputs"
+    assert nb.metadata.kernelspec.name == suite.kernel_name(suite.FRAMEWORKS[path.stem])
+    assert nb.metadata.kernelspec.language == "python"
+    for i, cell in enumerate(nb.cells[1:], start=1):     # a markdown line before each step
+        if cell.cell_type == "code":
+            assert nb.cells[i - 1].cell_type == "markdown", f"code cell {i} has no markdown before it"
+
+
+@pytest.mark.parametrize("task", suite.TASKS)
+def test_notebooks_of_a_task_share_their_headings(task):
+    found = {p.stem: headings(nbformat.read(p, as_version=4)) for p in sorted((suite.NOTEBOOKS / task).glob("*.ipynb"))}
+    assert "pytorch" in found
+    reference = found["pytorch"]
+    assert reference[:3] == ["## Parameters", "## Imports and versions", "## Data"] and reference[-1] == "## Record"
+    for framework, hs in found.items():
+        assert hs == reference, f"{task}/{framework}.ipynb headings {hs} differ from pytorch's {reference}"
+
+
+@pytest.fixture(scope="module")
+def tiny_suite(tmp_path_factory):
+    """The real suite at the tiny profile, through the runner, into a scratch results folder."""
+    results = tmp_path_factory.mktemp("results")
+    run_all.main(["--profile", "tiny", "--results", str(results), "--machine", "ci", "--no-readme"])
+    return results / "ci"
+
+
+@pytest.mark.parametrize("job", JOBS, ids=lambda j: j.key)
+def test_notebook_runs_at_tiny_and_writes_a_valid_record(tiny_suite, job):
+    path = tiny_suite / "records" / "tiny" / f"{job.key}.json"
+    record = json.loads(path.read_text())
+    assert record["status"] == "ok", f"{job.title} failed: {record.get('error')} (log: {record.get('log')})"
+    records.validate(record)
+    assert (record["task"], record["framework"], record["variant"]) == (job.task, job.framework, job.variant)
+    assert record["profile"] == "tiny" and record["timing"]["n"] >= 1
+    assert (tiny_suite / record["executed_notebook"]).exists()
+    if job.task == "resnet50_features":
+        assert record["feature_shape"][1] == 2048
+    if job.task == "densenet_chestxray":
+        assert len(record["metrics"]["auc_per_label"]) == 14
+
+
+@pytest.mark.parametrize("job", [j for j in JOBS if j.task in ("cnn_cifar10", "gru_imdb")], ids=lambda j: j.key)
+def test_training_learns_beyond_chance_on_the_learnable_synthetic_data(tiny_suite, job):
+    record = json.loads((tiny_suite / "records" / "tiny" / f"{job.key}.json").read_text())
+    chance = 1 / record["params"]["n_classes"]
+    assert record["data"] == "synthetic"
+    assert record["metrics"]["accuracy"] > chance + 0.2, f"{job.title}: accuracy {record['metrics']['accuracy']}"
+
+
+def test_the_tiny_suite_fills_the_tables(tiny_suite):
+    rows = (tiny_suite / "results.csv").read_text().splitlines()
+    assert len(rows) == 1 + len(JOBS)
+    assert all(f"plots/tiny/{task}.png" in (tiny_suite / "results.md").read_text() for task in suite.TASKS)

@@ -1,0 +1,40 @@
+"""support.params: one source of numbers, three profiles, clear errors."""
+import pytest
+
+from support import params
+
+
+@pytest.mark.parametrize("task", params.TASKS)
+def test_every_task_has_every_profile_and_they_shrink(task):
+    full, cpu, tiny = (params.load(task, p) for p in ("full", "cpu", "tiny"))
+    assert (full.profile, cpu.profile, tiny.profile) == ("full", "cpu", "tiny")
+    size = lambda P: getattr(P, "n_train", None) or getattr(P, "n_batches")   # noqa: E731
+    if task != "resnet50_features":
+        assert full.n_train is None and cpu.n_train > tiny.n_train
+    else:
+        assert full.n_batches > cpu.n_batches > tiny.n_batches
+    assert size(tiny) <= size(cpu)
+
+
+def test_full_is_the_seed_settings():
+    cnn = params.load("cnn_cifar10", "full")
+    assert (cnn.epochs, cnn.batch_size, cnn.lr, cnn.momentum, cnn.n_classes) == (10, 64, 0.01, 0.9, 10)
+    gru = params.load("gru_imdb", "full")
+    assert (gru.epochs, gru.batch_size, gru.embedding_dim, gru.hidden_dim, gru.max_len, gru.vocab_size) == \
+        (3, 64, 125, 100, 150, 30000)
+    dn = params.load("densenet_chestxray", "full")
+    assert (dn.n_labels, dn.image_size, dn.resize, dn.lr, dn.epochs, dn.batch_size) == (14, 224, 264, 1e-4, 5, 32)
+    assert params.load("resnet50_features", "full").n_features == 2048
+
+
+def test_auto_picks_full_on_a_gpu_and_cpu_otherwise(capsys):
+    assert params.load("cnn_cifar10", "auto", gpu=True).profile == "full"
+    assert params.load("cnn_cifar10", "auto", gpu=False).profile == "cpu"
+    assert "profile: cpu (auto: no GPU visible)" in capsys.readouterr().out
+
+
+def test_unknown_names_list_the_valid_ones():
+    with pytest.raises(ValueError, match="unknown profile 'huge'; choose from: auto, full, cpu, tiny"):
+        params.load("cnn_cifar10", "huge")
+    with pytest.raises(ValueError, match="unknown task 'mnist'; choose from: cnn_cifar10"):
+        params.load("mnist")

@@ -1,0 +1,134 @@
+"""scripts/run_all.py: failures are recorded, the others kept, the tables and README written."""
+import json
+import subprocess
+import sys
+
+import nbformat
+import pytest
+from nbformat.v4 import new_code_cell, new_notebook
+
+from scripts import run_all, suite
+
+OK = """
+import numpy as np
+from support import params, records, timing
+P = params.load(TASK, profile)
+summary = timing.benchmark(lambda: np.ones(10).sum(), repeats=3, warmup=1, samples=10)
+records.write(record_path, task=TASK, framework=FRAMEWORK, params=P, data="synthetic", timing=summary,
+              metrics={METRIC: 0.75}, n_parameters=123, environment={"numpy": np.__version__, "machine": "test"})
+"""
+BODIES = {
+    ("gru_imdb", "pytorch"): OK,
+    ("gru_imdb", "mxnet"): "import numpy\nassert numpy.__version__ == '1.23.5', numpy.__version__\n" + OK,
+    ("cnn_cifar10", "pytorch"): "raise ValueError('boom: the model diverged')",
+    ("resnet50_features", "pytorch"): "import time\ntime.sleep(600)",
+    ("densenet_chestxray", "pytorch"): "import os\nos._exit(1)",
+}
+METRICS = {"gru_imdb": "accuracy", "cnn_cifar10": "accuracy", "densenet_chestxray": "auc",
+           "resnet50_features": "images_per_s"}
+
+
+def write_notebook(path, task, framework, body):
+    nb = new_notebook()
+    parameters = new_code_cell("profile = 'auto'\ndata = 'auto'\nrecord_path = None\nmode = 'loader'")
+    parameters.metadata["tags"] = ["parameters"]
+    constants = f"TASK, FRAMEWORK, METRIC = {task!r}, {framework!r}, {METRICS[task]!r}"
+    nb.cells = [parameters, new_code_cell(constants), new_code_cell(body)]
+    env = suite.FRAMEWORKS[framework]
+    nb.metadata["kernelspec"] = {"name": suite.kernel_name(env), "display_name": env, "language": "python"}
+    nb.metadata["language_info"] = {"name": "python"}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, path)
+
+
+@pytest.fixture(scope="module")
+def suite_run(tmp_path_factory):
+    """One run over toy notebooks: ok (two kernels), raising, hanging and kernel-killing."""
+    tmp = tmp_path_factory.mktemp("runner")
+    for (task, framework), body in BODIES.items():
+        write_notebook(tmp / "notebooks" / task / f"{framework}.ipynb", task, framework, body)
+    readme = tmp / "README.md"
+    readme.write_text("# x\n\n<!-- results:start -->\nold\n<!-- results:end -->\n\nafter\n")
+    code = run_all.main(["--notebooks", str(tmp / "notebooks"), "--results", str(tmp / "results"),
+                         "--machine", "testbox", "--profile", "tiny", "--timeout", "30", "--readme", str(readme)])
+    return tmp, tmp / "results" / "testbox", code
+
+
+def record(out, key):
+    return json.loads((out / "records" / "tiny" / f"{key}.json").read_text())
+
+
+def test_ok_notebooks_write_their_records_in_both_kernels(suite_run):
+    _, out, _ = suite_run
+    for key in ("gru_imdb__pytorch", "gru_imdb__mxnet"):
+        r = record(out, key)
+        assert r["status"] == "ok" and r["metrics"]["accuracy"] == 0.75 and r["profile"] == "tiny"
+        assert (out / r["executed_notebook"]).exists() and r["wall_s"] > 0
+    assert record(out, "gru_imdb__mxnet")["environment"]["numpy"] == "1.23.5"       # the legacy kernel
+    assert record(out, "gru_imdb__pytorch")["environment"]["numpy"].startswith("2.")
+
+
+def test_a_raising_notebook_is_recorded_with_its_exception(suite_run):
+    _, out, code = suite_run
+    r = record(out, "cnn_cifar10__pytorch")
+    assert r["status"] == "failed" and r["error"].startswith("ValueError: boom: the model diverged (cell")
+    assert code == 1
+
+
+def test_a_hanging_notebook_times_out_and_the_suite_goes_on(suite_run):
+    _, out, _ = suite_run
+    r = record(out, "resnet50_features__pytorch")
+    assert r["status"] == "timeout" and "30 s" in r["error"] and r["wall_s"] < 120
+
+
+def test_a_dead_kernel_is_recorded_for_every_variant(suite_run):
+    _, out, _ = suite_run
+    for mode in ("loader", "ram"):
+        r = record(out, f"densenet_chestxray__pytorch__{mode}")
+        assert r["status"] == "failed" and r["variant"] == mode and r["error"]
+
+
+def test_tables_plots_and_readme_hold_every_row(suite_run):
+    tmp, out, _ = suite_run
+    lines = (out / "results.csv").read_text().splitlines()
+    assert lines[0].startswith("task,framework,variant,status") and len(lines) == 1 + 6
+    assert sum(",ok," in line for line in lines) == 2
+    md = (out / "results.md").read_text()
+    assert "**failed**: ValueError: boom" in md and "**timeout**" in md
+    for task in suite.TASKS:
+        assert (out / "plots" / "tiny" / f"{task}.png").stat().st_size > 1000
+    readme = (tmp / "README.md").read_text()
+    assert "old" not in readme and readme.endswith("after\n")
+    assert "| pytorch | failed | failed | failed | timeout | " in readme
+    assert "| mxnet | - | - | - | - |" in readme and "(0.750) |" in readme
+
+
+def test_resume_skips_ok_records_and_reruns_the_rest(suite_run, capsys):
+    tmp, out, _ = suite_run
+    before = record(out, "gru_imdb__pytorch")
+    code = run_all.main(["--notebooks", str(tmp / "notebooks"), "--results", str(tmp / "results"),
+                         "--machine", "testbox", "--profile", "tiny", "--timeout", "30", "--no-readme",
+                         "--task", "gru_imdb,cnn_cifar10", "--framework", "pytorch", "--resume"])
+    text = capsys.readouterr().out
+    assert "gru_imdb/pytorch: already ok, skipped (--resume)" in text
+    assert "cnn_cifar10/pytorch: FAILED: ValueError: boom" in text and code == 1
+    assert record(out, "gru_imdb__pytorch") == before
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--task", "mnist"], "unknown task 'mnist'; choose from: cnn_cifar10, densenet_chestxray"),
+    (["--framework", "pytorch,theano"], "unknown framework 'theano'; choose from: pytorch, tensorflow"),
+    (["--profile", "huge"], "unknown profile 'huge'; choose from: auto, full, cpu, tiny"),
+])
+def test_unknown_names_get_a_one_line_error(args, message):
+    proc = subprocess.run([sys.executable, str(suite.ROOT / "scripts" / "run_all.py"), *args],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [f"run_all.py: {message}" +
+                                                                          proc.stderr.strip().split(message, 1)[1]]
+
+
+def test_list_shows_each_variant_with_its_kernel(capsys):
+    assert run_all.main(["--list", "--profile", "tiny", "--task", "densenet_chestxray"]) == 0
+    text = capsys.readouterr().out
+    assert "densenet_chestxray/pytorch (loader)" in text and "densenet_chestxray/pytorch (ram)" in text
+    assert "dlr-modern" in text

@@ -1,0 +1,60 @@
+"""support.timing: warm-up kept apart, robust statistics, synchronisation, throughput."""
+import pytest
+
+from support import timing
+
+
+class FakeClock:
+    """Each lap lasts the next of `durations`; reads advance only when a lap ends."""
+
+    def __init__(self, durations):
+        self.durations, self.now, self.reads = list(durations), 0.0, 0
+
+    def __call__(self):
+        self.reads += 1
+        if self.reads % 2 == 0:          # the end of a lap
+            self.now += self.durations.pop(0)
+        return self.now
+
+
+def test_stopwatch_keeps_warmup_apart_and_reports_median_and_iqr():
+    clock = FakeClock([9.0, 1.0, 2.0, 3.0, 4.0, 100.0])
+    watch = timing.Stopwatch("epoch", warmup=1, clock=clock)
+    for _ in range(6):
+        with watch.lap(samples=10):
+            pass
+    s = watch.summary()
+    assert s["unit"] == "epoch" and s["warmup_s"] == [9.0] and s["n"] == 5
+    assert s["median_s"] == 3.0 and s["q1_s"] == 2.0 and s["q3_s"] == 4.0 and s["iqr_s"] == 2.0
+    assert s["laps_s"] == [1.0, 2.0, 3.0, 4.0, 100.0]
+    assert s["samples_per_s"] == pytest.approx(50 / 110)
+    assert watch.last == 100.0
+
+
+def test_sync_runs_before_each_clock_read():
+    events = []
+    watch = timing.Stopwatch(warmup=0, sync=lambda: events.append("sync"),
+                             clock=lambda: events.append("clock") or 0.0)
+    with watch.lap():
+        events.append("work")
+    assert events == ["sync", "clock", "work", "sync", "clock"]
+
+
+def test_benchmark_calls_warmup_plus_repeats():
+    calls = []
+    s = timing.benchmark(lambda: calls.append(1), repeats=4, warmup=2, samples=8, clock=FakeClock([1.0] * 6))
+    assert len(calls) == 6 and s["n"] == 4 and len(s["warmup_s"]) == 2 and s["samples_per_s"] == 8.0
+
+
+def test_stats_spread_and_errors():
+    s = timing.stats([2.0, 2.0, 2.0])
+    assert s["cv"] == 0.0 and s["std_s"] == 0.0
+    assert timing.stats([1.0, 3.0])["cv"] == pytest.approx(2 ** 0.5 / 2)
+    with pytest.raises(ValueError, match="no timed laps"):
+        timing.Stopwatch(warmup=3).summary()
+
+
+def test_describe_is_one_readable_line():
+    s = timing.benchmark(lambda: None, repeats=3, warmup=1, samples=4, clock=FakeClock([5.0, 2.0, 2.0, 2.0]))
+    line = timing.describe(s)
+    assert line.startswith("median 2 s per batch") and "warm-up 5 s" in line and "2.0 samples/s" in line
