@@ -88,13 +88,13 @@ _PROFILES = {
     },
     "gru_imdb": {
         "full": GRUParams("full"),
-        "cpu": GRUParams("cpu", epochs=3, n_train=3200, n_test=2000),
+        "cpu": GRUParams("cpu", epochs=4, n_train=2560, n_test=2000),
         "tiny": GRUParams("tiny", epochs=3, batch_size=32, n_train=512, n_test=256),
     },
     "densenet_chestxray": {
         "full": DenseNetParams("full"),
-        "cpu": DenseNetParams("cpu", epochs=2, batch_size=8, n_train=48, n_test=32,
-                              ram_n_train=48, ram_n_test=32),
+        "cpu": DenseNetParams("cpu", epochs=3, batch_size=8, n_train=32, n_test=32,
+                              ram_n_train=32, ram_n_test=32),
         "tiny": DenseNetParams("tiny", epochs=2, batch_size=4, image_size=64, resize=72,
                                n_train=16, n_test=16, synthetic_px=128, ram_n_train=16, ram_n_test=16),
     },
