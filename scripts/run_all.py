@@ -197,6 +197,28 @@ def summary_line(record: dict) -> str:
     return f"ok: {t['median_s']:.3g} s per {t['unit']}, {metrics}"
 
 
+def run_suite(jobs: list[Job], args, out: Path) -> int:
+    """Run the jobs one at a time under a progress bar; return how many did not end ok."""
+    from tqdm import tqdm
+
+    failures = 0
+    bar = tqdm(jobs, unit="notebook", dynamic_ncols=True, file=sys.stdout)
+    for job in bar:
+        bar.set_postfix_str(job.title)
+        done = out / "records" / args.profile / f"{job.key}.json"
+        if args.resume and done.exists():
+            try:
+                if read(done)["status"] == "ok":
+                    bar.write(f"{job.title}: already ok, skipped (--resume)")
+                    continue
+            except RecordError:
+                pass
+        record = run_job(job, args, out)
+        failures += record["status"] != "ok"
+        bar.write(f"{job.title}: {summary_line(record)} [{record['wall_s']:.0f} s]")
+    return failures
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     out = args.results / args.machine
@@ -208,24 +230,16 @@ def main(argv=None) -> int:
             print(f"  {job.title}: {job.notebook} in kernel {suite.kernel_name(suite.FRAMEWORKS[job.framework])}")
         return 0
     failures = 0
-    if not args.report_only:
-        from tqdm import tqdm
-
-        bar = tqdm(jobs, unit="notebook", dynamic_ncols=True, file=sys.stdout)
-        for job in bar:
-            bar.set_postfix_str(job.title)
-            done = out / "records" / args.profile / f"{job.key}.json"
-            if args.resume and done.exists():
-                try:
-                    if read(done)["status"] == "ok":
-                        bar.write(f"{job.title}: already ok, skipped (--resume)")
-                        continue
-                except RecordError:
-                    pass
-            record = run_job(job, args, out)
-            failures += record["status"] != "ok"
-            bar.write(f"{job.title}: {summary_line(record)} [{record['wall_s']:.0f} s]")
-    report.build(out, args.readme)
+    try:
+        if not args.report_only:
+            failures = run_suite(jobs, args, out)
+    except KeyboardInterrupt:
+        print("interrupted: the records written so far are kept; --resume carries on from there")
+        failures = -1
+    finally:
+        report.build(out, args.readme)       # the tables always reflect every record there is
+    if failures < 0:
+        return 130
     if failures:
         print(f"{failures} notebook(s) failed: see results.md and the logs under {out / 'logs' / args.profile}")
     return 1 if failures else 0

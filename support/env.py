@@ -95,13 +95,13 @@ def git_commit() -> str:
 
 
 def describe(framework: str, version: str, device: str, threads: int | None = None, **extra) -> dict:
-    """Everything a record says about where it was measured; `extra` takes e.g. cuda, cudnn."""
+    """Everything a record says about where it was measured; `extra` takes e.g. cuda, cudnn (None: left out)."""
     info = {
         "framework": framework,
         "framework_version": version,
         "device": device,
         "threads": threads,
-        **extra,
+        **{key: value for key, value in extra.items() if value is not None},
         "python": platform.python_version(),
         "numpy": np.__version__,
         "os": f"{platform.system()} {platform.release()}",

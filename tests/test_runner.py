@@ -132,3 +132,31 @@ def test_list_shows_each_variant_with_its_kernel(capsys):
     text = capsys.readouterr().out
     assert "densenet_chestxray/pytorch (loader)" in text and "densenet_chestxray/pytorch (ram)" in text
     assert "dlr-modern" in text
+
+
+def test_an_interrupted_run_keeps_its_records_and_stops_the_kernel(tmp_path):
+    import signal
+    import time
+
+    import psutil
+
+    write_notebook(tmp_path / "notebooks" / "cnn_cifar10" / "pytorch.ipynb", "cnn_cifar10", "pytorch", OK)
+    write_notebook(tmp_path / "notebooks" / "gru_imdb" / "pytorch.ipynb", "gru_imdb", "pytorch",
+                   "import time\ntime.sleep(600)")
+    out = tmp_path / "results" / "box"
+    proc = subprocess.Popen([sys.executable, str(suite.ROOT / "scripts" / "run_all.py"), "--notebooks",
+                             str(tmp_path / "notebooks"), "--results", str(tmp_path / "results"), "--machine", "box",
+                             "--profile", "tiny", "--no-readme"], stdout=subprocess.PIPE, text=True)
+    hanging = out / "logs" / "tiny" / "gru_imdb__pytorch.log"
+    deadline = time.time() + 120
+    while not hanging.exists() and time.time() < deadline:
+        time.sleep(0.5)
+    time.sleep(8)                                    # the kernel is up and sleeping
+    children = psutil.Process(proc.pid).children(recursive=True)
+    proc.send_signal(signal.SIGINT)
+    stdout, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and "interrupted" in stdout
+    assert json.loads((out / "records" / "tiny" / "cnn_cifar10__pytorch.json").read_text())["status"] == "ok"
+    assert "cnn_cifar10,pytorch,,ok" in (out / "results.csv").read_text()
+    gone, alive = psutil.wait_procs(children, timeout=10)
+    assert not alive, f"left running: {[p.cmdline() for p in alive]}"
