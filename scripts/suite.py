@@ -38,6 +38,7 @@ PROFILES = ("full", "cpu", "tiny")
 # The runner passes each value as that papermill parameter and records it as the variant.
 VARIANTS = {
     ("*", "keras"): ("backend", ("tensorflow", "jax", "torch")),
+    ("cnn_cifar10", "mxnet"): ("api", ("gluon", "module")),       # Gluon and the symbolic Module API
     ("densenet_chestxray", "*"): ("mode", ("loader", "ram")),   # last: labels read 'jax-ram'
 }
 

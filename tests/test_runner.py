@@ -160,3 +160,14 @@ def test_an_interrupted_run_keeps_its_records_and_stops_the_kernel(tmp_path):
     assert "cnn_cifar10,pytorch,,ok" in (out / "results.csv").read_text()
     gone, alive = psutil.wait_procs(children, timeout=10)
     assert not alive, f"left running: {[p.cmdline() for p in alive]}"
+
+
+def test_the_runner_and_support_agree_on_tasks_and_profiles():
+    # suite.py keeps its own copy because setup_envs.py imports it with any Python, before numpy exists.
+    from support import params
+    assert sorted(suite.TASKS) == sorted(params.TASKS) and suite.PROFILES == params.PROFILES
+
+
+def test_the_mxnet_cnn_runs_once_per_api():
+    assert suite.variants("cnn_cifar10", "mxnet") == [{"api": "gluon"}, {"api": "module"}]
+    assert suite.variants("gru_imdb", "mxnet") == [{}]
