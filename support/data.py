@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import importlib
 import io
 import os
 import pickle
+import sys
 import tarfile
 import urllib.error
 import urllib.request
@@ -179,6 +181,20 @@ def fake_images(n: int, size: int, channel_first: bool = True, seed: int = 0) ->
     return np.random.RandomState(seed).standard_normal(shape).astype(np.float32)
 
 
+def _read_numpy2_pickles() -> None:
+    """Let numpy 1.x unpickle arrays that numpy 2 pickled.
+
+    numpy 2 names its internals `numpy._core` in pickles, numpy 1.x `numpy.core`: the synthetic
+    files are written by whichever kernel runs first, and the legacy kernel (numpy 1.23) must read
+    the modern kernel's. numpy 2 reads numpy 1.x pickles by itself.
+    """
+    try:
+        importlib.import_module("numpy._core.multiarray")
+    except ImportError:
+        for name in ("", ".multiarray", ".numeric", "._multiarray_umath"):
+            sys.modules.setdefault("numpy._core" + name, importlib.import_module("numpy.core" + name))
+
+
 # --- CIFAR-10 ---------------------------------------------------------------------------------
 
 CIFAR10_URL = "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz"
@@ -188,6 +204,7 @@ CIFAR10_CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog
 
 def read_cifar10(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """uint8 images (N, 3, 32, 32) and int32 labels from `cifar-10-python.tar.gz`."""
+    _read_numpy2_pickles()
     def batch(tar, member):
         try:
             f = tar.extractfile(f"cifar-10-batches-py/{member}")
@@ -267,6 +284,7 @@ IMDB_START, IMDB_OOV, IMDB_INDEX_FROM = 1, 2, 3     # Keras's conventions; 0 is 
 
 def read_imdb(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Keras's `imdb.npz`: object arrays of word-rank lists (1 = most frequent) and 0/1 labels."""
+    _read_numpy2_pickles()
     try:
         with np.load(path, allow_pickle=True) as f:
             return f["x_train"], f["y_train"], f["x_test"], f["y_test"]

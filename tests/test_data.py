@@ -133,6 +133,25 @@ def test_imdb_reads_keras_npz_and_matches_the_reference(tmp_path, no_network):
     np.testing.assert_array_equal(ds.y_train, y_train[order])
 
 
+def test_the_legacy_kernel_reads_synthetic_files_the_modern_kernel_wrote(tmp_path):
+    """numpy 2 pickles name `numpy._core`, which numpy 1.23 lacks; the readers must cope either way."""
+    import subprocess
+
+    from scripts import suite
+    legacy = suite.venv_python("legacy")
+    if not legacy.exists():
+        pytest.skip(f"{legacy} is not built: run `make test`, which builds both environments")
+    D.write_synthetic_cifar10(tmp_path / "cifar.tar.gz", n_train=50, n_test=20)
+    D.write_synthetic_imdb(tmp_path / "imdb.npz", n_train=30, n_test=20)
+    code = ("import sys, numpy; from support import data as D; "
+            "x = D.read_cifar10(sys.argv[1])[0]; r = D.read_imdb(sys.argv[2])[0]; "
+            "print(numpy.__version__, x.shape, len(r), type(r[0]).__name__)")
+    proc = subprocess.run([str(legacy), "-c", code, str(tmp_path / "cifar.tar.gz"), str(tmp_path / "imdb.npz")],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["1.23.5", "(50,", "3,", "32,", "32)", "30", "list"]
+
+
 def test_unreadable_npz_is_named(tmp_path):
     bad = tmp_path / "imdb.npz"
     bad.write_bytes(b"\x00" * 64)
