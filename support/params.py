@@ -89,7 +89,7 @@ _PROFILES = {
     "gru_imdb": {
         "full": GRUParams("full"),
         "cpu": GRUParams("cpu", epochs=4, n_train=2560, n_test=2000),
-        "tiny": GRUParams("tiny", epochs=3, batch_size=32, n_train=512, n_test=256),
+        "tiny": GRUParams("tiny", epochs=5, batch_size=32, n_train=512, n_test=256),   # 3 epochs: 0.67-0.9 by seed
     },
     "densenet_chestxray": {
         "full": DenseNetParams("full"),
