@@ -131,8 +131,10 @@ def environment_line(rows: list[dict]) -> str:
     r = ok[0]
     days = sorted({x["date"][:10] for x in ok if x["date"]})
     when = f", {days[0]}" + (f" to {days[-1]}" if len(days) > 1 else "") if days else ""
+    commits = list(dict.fromkeys(x["git_commit"] for x in ok if x["git_commit"]))   # runs of several commits
+    commit = f"commit{'s' if len(commits) > 1 else ''} {', '.join(commits) or '-'}"
     return (f"Machine `{r['machine']}` ({r['device']}, {r['threads']} threads), Python {r['python']}, "
-            f"commit {r['git_commit']}{when}")
+            f"{commit}{when}")
 
 
 def write_markdown(rows: list[dict], path: Path, machine: str) -> None:
