@@ -68,12 +68,12 @@ max-pools without padding and its batch norm's epsilon is 2e-5; flax.nnx.GRUCell
 """
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
+from support.data import _write_once
 from support.env import cache_dir
 from support.params import CNNParams, GRUParams
 
@@ -175,18 +175,16 @@ def path(task: str) -> Path:
     return cache_dir() / "parity" / f"{task}-v{VERSION}.npz"
 
 
+def _write(target: Path, task: str) -> None:
+    weights, x = make(task)
+    with open(target, "wb") as f:               # a file object: np.savez would append .npz to a name
+        np.savez(f, x=x, **weights)
+
+
 def load(task: str) -> tuple[dict, np.ndarray]:
     """The shared weights (dict name -> float32 array, in `layout` order) and input batch of `task`,
     written to the cache on first use (atomically: a crash leaves no half-written file)."""
-    target = path(task)
-    if not target.exists():
-        weights, x = make(task)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(f"{target.name}.tmp{os.getpid()}")
-        with open(tmp, "wb") as f:              # a file object: np.savez would append .npz to a name
-            np.savez(f, x=x, **weights)
-        tmp.replace(target)
-    with np.load(target) as f:
+    with np.load(_write_once(path(task), _write, task=task)) as f:
         weights = {name: f[name] for name in layout(task)}
         x = f["x"]
     return weights, x
