@@ -9,6 +9,14 @@ the runner for a notebook that failed) and writes, next to them:
   versions, data kind, errors);
 - `plots/<profile>/<task>.png`: time per epoch or batch with its interquartile range, and the metric.
 `update_readme()` puts a summary of one profile between the README's results markers.
+
+Two cross-framework checks go into the tables rather than hiding a row:
+- the band: every framework's accuracy (CNN, GRU) or AUC (DenseNet) should lie within `BAND` of
+  the median of its task's rows (same profile and data); a row outside is flagged in results.md,
+  the README table and the runner's output (`flagged()`);
+- structure: each row's parameter count beside its difference from PyTorch's, and the parity
+  error (`max |outputs - numpy reference| / max |reference|` on shared weights) where the run
+  had the parity step (`run_all.py --parity`).
 """
 from __future__ import annotations
 
@@ -24,13 +32,21 @@ from support.records import METRICS, RecordError, atomic_write_json, read  # noq
 
 COLUMNS = ("task", "framework", "variant", "status", "profile", "data", "unit", "median_s", "q1_s", "q3_s", "iqr_s", "cv",
            "n_timed", "warmup_s", "compile_s", "samples_per_s", "metric", "value", "n_parameters", "framework_version",
-           "python", "numpy", "device", "threads", "cuda", "cudnn", "machine", "git_commit", "date", "wall_s",
-           "error")
+           "parity_error", "band", "python", "numpy", "device", "threads", "cuda", "cudnn", "machine", "git_commit",
+           "date", "wall_s", "error")
 README_START, README_END = "<!-- results:start -->", "<!-- results:end -->"
 TASK_TITLES = {"cnn_cifar10": "VGG-style CNN on CIFAR-10", "densenet_chestxray": "DenseNet-121 on ChestX-ray14",
                "resnet50_features": "ResNet-50 feature extraction", "gru_imdb": "GRU on IMDB"}
 PROFILE_ORDER = {p: i for i, p in enumerate(suite.PROFILES)}
 FRAMEWORK_ORDER = {f: i for i, f in enumerate(suite.FRAMEWORKS)}
+
+# How far a framework's final accuracy or AUC may sit from the median of its task's rows. The
+# frameworks train the same model on the same data with the same schedule, so what is left is
+# the seed and the initialiser: at the tiny and cpu profiles (a few hundred samples) that moves
+# accuracy by a few points. DenseNet's AUC is only checked on the full profile: the smaller
+# ones score 32 to 64 test images, too few for an AUC to mean anything.
+BAND = {"cnn_cifar10": 0.05, "gru_imdb": 0.05, "densenet_chestxray": 0.05}
+BAND_PROFILES = {"densenet_chestxray": ("full",)}
 
 
 def load_records(machine_dir: Path) -> list[dict]:
@@ -60,6 +76,7 @@ def row(record: dict) -> dict:
         "warmup_s": (timing.get("warmup_s") or [None])[0], "compile_s": record.get("compile_s"),
         "samples_per_s": timing.get("samples_per_s"),
         "metric": metric, "value": value, "n_parameters": record.get("n_parameters"),
+        "parity_error": (record.get("parity") or {}).get("max_rel_error"), "band": None,
         "framework_version": env.get("framework_version"), "python": env.get("python"), "numpy": env.get("numpy"),
         "device": env.get("device"), "threads": env.get("threads"), "cuda": env.get("cuda"),
         "cudnn": env.get("cudnn"), "machine": env.get("machine"), "git_commit": env.get("git_commit"),
@@ -72,10 +89,35 @@ def sort_key(r: dict):
             FRAMEWORK_ORDER.get(r["framework"], 99), r["variant"] or "")
 
 
+def mark_band(rows: list[dict]) -> None:
+    """Set each row's `band` to 'in' or 'outside' (None where its task or profile has no band)."""
+    groups_ = {}
+    for r in rows:
+        if (r["status"] == "ok" and r["task"] in BAND and r["value"] is not None
+                and r["profile"] in BAND_PROFILES.get(r["task"], suite.PROFILES)):
+            groups_.setdefault((r["profile"], r["task"], r["data"]), []).append(r)
+    for (_, task, _), members in groups_.items():
+        if len(members) < 2:
+            continue
+        values = sorted(r["value"] for r in members)
+        n = len(values)
+        median = values[n // 2] if n % 2 else (values[n // 2 - 1] + values[n // 2]) / 2
+        for r in members:
+            r["band"] = "outside" if abs(r["value"] - median) > BAND[task] else "in"
+            r["band_median"] = median
+
+
+def flagged(rows: list[dict]) -> list[str]:
+    """One line per row outside its task's band, for the runner to print."""
+    return [f"{r['task']}/{name(r)} ({r['profile']}): {r['metric']} {r['value']:.3f} is more than "
+            f"{BAND[r['task']]} from the median {r['band_median']:.3f} of the frameworks"
+            for r in rows if r["band"] == "outside"]
+
+
 def write_csv(rows: list[dict], path: Path) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     with open(tmp, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=COLUMNS)
+        writer = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
         writer.writeheader()
         writer.writerows({k: ("" if v is None else v) for k, v in r.items()} for r in rows)
     tmp.replace(path)
@@ -102,16 +144,32 @@ def name(r: dict) -> str:
     return r["framework"] + (f" ({r['variant']})" if r["variant"] else "")
 
 
+def metric_cell(r: dict) -> str:
+    """The accuracy or AUC, with a flag when it lies outside its task's band."""
+    return fmt_metric(r["value"]) + (" **outside band**" if r["band"] == "outside" else "")
+
+
+def parameters_cell(r: dict, reference: int | None) -> str:
+    """The count, and its difference from PyTorch's where there is one."""
+    n = r["n_parameters"]
+    if n is None or reference is None or n == reference or r["framework"] == "pytorch":
+        return fmt(n)
+    return f"{fmt(n)} ({n - reference:+,})"
+
+
 def task_table(rows: list[dict]) -> str:
     unit = next((r["unit"] for r in rows if r["unit"]), "epoch")
     metric = rows[0]["metric"]
+    reference = next((r["n_parameters"] for r in rows if r["framework"] == "pytorch" and r["n_parameters"]), None)
     lines = [f"| framework | status | s per {unit} (median) | IQR s | warm-up s | compile s | samples/s | {metric} | "
-             "parameters | version | data |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---|---|"]
+             "parameters (vs pytorch) | parity error | version | data |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"]
     for r in rows:
         status = r["status"] if r["status"] == "ok" else f"**{r['status']}**: {(r['error'] or '')[:160]}"
         lines.append(f"| {name(r)} | {status} | {fmt(r['median_s'])} | {fmt(r['iqr_s'], 2)} | {fmt(r['warmup_s'])} | "
                      f"{fmt(r['compile_s'])} | "
-                     f"{fmt(r['samples_per_s'])} | {fmt_metric(r['value'])} | {fmt(r['n_parameters'])} | "
+                     f"{fmt(r['samples_per_s'])} | {metric_cell(r)} | {parameters_cell(r, reference)} | "
+                     f"{'-' if r['parity_error'] is None else format(r['parity_error'], '.1e')} | "
                      f"{r['framework_version'] or '-'} | {r['data'] or '-'} |")
     return "\n".join(lines)
 
@@ -142,7 +200,12 @@ def write_markdown(rows: list[dict], path: Path, machine: str) -> None:
              "Generated by `scripts/report.py` from the JSON records beside this file; do not edit by hand. "
              "Times are medians over the timed epochs or batches after warm-up; IQR is their interquartile range. "
              "Warm-up is the first epoch (or the untimed batches), which holds graph building and compilation; "
-             "compile is that compilation alone, where the notebook measures it.", ""]
+             "compile is that compilation alone, where the notebook measures it. "
+             "*Outside band*: the accuracy or AUC is further than "
+             + ", ".join(f"{w} ({TASK_TITLES[t].split(' ')[0]})" for t, w in BAND.items())
+             + " from the median of the frameworks' (DenseNet only at the full profile). "
+             "Parity error: the largest deviation from the numpy reference on shared weights, relative to the "
+             "outputs' scale (`run_all.py --parity`; see LESSONS.md).", ""]
     for profile, task, task_rows in groups(rows):
         parts += [f"## {TASK_TITLES.get(task, task)} (profile `{profile}`)", "", environment_line(task_rows), "",
                   task_table(task_rows), "", f"![{task}](plots/{profile}/{task}.png)", ""]
@@ -205,7 +268,7 @@ def readme_table(rows: list[dict], machine: str) -> str:
         if r["status"] == "ok":
             text = fmt(r["samples_per_s"]) if r["task"] == "resnet50_features" else fmt(r["median_s"])
             if r["value"] is not None and r["task"] != "resnet50_features" and mode != "ram":
-                text += f" ({fmt_metric(r['value'])})"
+                text += f" ({fmt_metric(r['value'])}{'!' if r['band'] == 'outside' else ''})"
         cells.setdefault((r["framework"], variant), {})[(r["task"], mode)] = text
     columns = [("cnn_cifar10", ""), ("densenet_chestxray", "loader"), ("densenet_chestxray", "ram"),
                ("resnet50_features", ""), ("gru_imdb", "")]
@@ -217,7 +280,9 @@ def readme_table(rows: list[dict], machine: str) -> str:
                      + " | ".join(found.get(c, "-") for c in columns) + " |")
     kinds = sorted({r["data"] for r in rows if r["data"]})
     note = (f"Profile `{profile}` on `{machine}`; data: {', '.join(kinds) or '-'}. {environment_line(rows)}. "
-            f"Details, spreads and plots: [results/{machine}/results.md](results/{machine}/results.md).")
+            f"Details, spreads, parameter counts and plots: [results/{machine}/results.md](results/{machine}/results.md)."
+            + (" `!`: accuracy or AUC outside the band around the other frameworks'." if any(
+                r["band"] == "outside" for r in rows) else ""))
     return "\n".join([note, "", *lines])
 
 
@@ -233,6 +298,7 @@ def update_readme(readme: Path, rows: list[dict], machine: str) -> None:
 def build(machine_dir: Path, readme: Path | None = None) -> list[dict]:
     """Write results.csv, results.md and the plots for one machine; update the README if given."""
     rows = sorted((row(r) for r in load_records(machine_dir)), key=sort_key)
+    mark_band(rows)
     if not rows:
         print(f"no records under {machine_dir / 'records'}")
         return rows

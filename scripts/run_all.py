@@ -4,6 +4,7 @@
     python scripts/run_all.py                          # the whole suite at this machine's profile
     python scripts/run_all.py --task cnn_cifar10 --framework pytorch --profile tiny
     python scripts/run_all.py --resume                 # skip what already has an ok record
+    python scripts/run_all.py --profile tiny --parity  # also check every model against the numpy reference
     python scripts/run_all.py --report-only            # rebuild tables, plots and README only
 
 The pipeline: pick the notebooks (task x framework x variant) -> run each with papermill in
@@ -29,6 +30,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from scripts import report, suite  # noqa: E402
 from support import env  # noqa: E402
+from support.parity import TASKS as PARITY_TASKS  # noqa: E402
 from support.records import SCHEMA, RecordError, atomic_write_json, read  # noqa: E402
 
 DEFAULT_TIMEOUT = {"tiny": 600, "cpu": 1800, "full": 6 * 3600}
@@ -72,6 +74,9 @@ def parse_args(argv=None):
     p.add_argument("--profile", default="auto",
                    help="full, cpu, tiny, or auto: full where nvidia-smi sees a GPU, cpu otherwise (default)")
     p.add_argument("--data", default="auto", help="auto, real or synthetic: passed to every notebook (default auto)")
+    p.add_argument("--parity", action="store_true",
+                   help=f"also run the parity step of the {', '.join(PARITY_TASKS)} notebooks: shared weights, "
+                        "outputs checked against the numpy reference (off by default: timed runs leave it off)")
     p.add_argument("--resume", action="store_true", help="skip notebooks that already have an ok record for this profile")
     p.add_argument("--timeout", type=int, help="seconds one notebook may run (default: tiny 600, cpu 1800, full 21600)")
     p.add_argument("--results", type=Path, default=suite.ROOT / "results", help="results folder (default results/)")
@@ -144,6 +149,16 @@ def notebook_error(executed: Path, log: Path) -> str:
     return (errors or lines or ["papermill failed without output"])[-1][:500]
 
 
+def notebook_parameters(job: Job, args, record_path: Path) -> dict:
+    """What papermill passes to the notebook's parameters cell."""
+    parameters = {"profile": args.profile, "record_path": str(record_path.resolve()), **job.parameters}
+    if job.task != "resnet50_features":
+        parameters["data"] = args.data
+    if args.parity and job.task in PARITY_TASKS:
+        parameters["parity"] = True
+    return parameters
+
+
 def run_job(job: Job, args, out: Path) -> dict:
     """Run one notebook; return its record (the notebook's own, or a failed one made here)."""
     record_path = out / "records" / args.profile / f"{job.key}.json"
@@ -152,9 +167,7 @@ def run_job(job: Job, args, out: Path) -> dict:
     for path in (record_path, executed, log):
         path.parent.mkdir(parents=True, exist_ok=True)
     record_path.unlink(missing_ok=True)
-    parameters = {"profile": args.profile, "record_path": str(record_path.resolve()), **job.parameters}
-    if job.task != "resnet50_features":
-        parameters["data"] = args.data
+    parameters = notebook_parameters(job, args, record_path)
     cmd = [sys.executable, "-m", "papermill", str(job.notebook), str(executed), "--kernel",
            suite.kernel_name(suite.FRAMEWORKS[job.framework]), "--cwd", str(job.notebook.parent),
            "--parameters_yaml", json.dumps(parameters), "--log-output", "--no-progress-bar"]
@@ -237,7 +250,9 @@ def main(argv=None) -> int:
         print("interrupted: the records written so far are kept; --resume carries on from there")
         failures = -1
     finally:
-        report.build(out, args.readme)       # the tables always reflect every record there is
+        rows = report.build(out, args.readme)       # the tables always reflect every record there is
+        for line in report.flagged([r for r in rows if r["profile"] == args.profile]):
+            print(f"outside the band: {line}")
     if failures < 0:
         return 130
     if failures:

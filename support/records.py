@@ -65,6 +65,11 @@ def validate(record: dict) -> dict:
         raise RecordError(f"{record['task']} records need metrics[{metric!r}] as a number")
     if not (isinstance(record["n_parameters"], int) and record["n_parameters"] > 0):
         raise RecordError(f"n_parameters {record['n_parameters']!r} is not a positive integer")
+    parity = record.get("parity")
+    if parity is not None:     # the optional parity step's result (support.parity)
+        error = parity.get("max_rel_error") if isinstance(parity, dict) else None
+        if not (isinstance(error, (int, float)) and math.isfinite(error) and error >= 0):
+            raise RecordError(f"parity {parity!r} needs max_rel_error as a finite number >= 0")
     return record
 
 

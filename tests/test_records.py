@@ -36,6 +36,7 @@ def test_write_without_a_path_only_prints(tmp_path, capsys):
     (dict(data="fake"), "data 'fake'"),
     (dict(n_parameters=0), "n_parameters"),
     (dict(task="nope"), "unknown task"),
+    (dict(extra={"parity": {"max_rel_error": float("nan")}}), "parity .* needs max_rel_error"),
 ])
 def test_bad_records_are_refused_with_the_reason(tmp_path, change, message):
     with pytest.raises(records.RecordError, match=message):

@@ -171,3 +171,15 @@ def test_the_runner_and_support_agree_on_tasks_and_profiles():
 def test_the_mxnet_cnn_runs_once_per_api():
     assert suite.variants("cnn_cifar10", "mxnet") == [{"api": "gluon"}, {"api": "module"}]
     assert suite.variants("gru_imdb", "mxnet") == [{}]
+
+
+def test_parity_is_passed_only_to_the_notebooks_that_have_the_step(tmp_path):
+    args = run_all.parse_args(["--profile", "tiny", "--parity"])
+    jobs = {job.task: job for job in run_all.plan(args) if job.framework == "pytorch"}   # the last variant
+    passed = {task: run_all.notebook_parameters(job, args, tmp_path / "r.json") for task, job in jobs.items()}
+    assert {task for task, p in passed.items() if p.get("parity") is True} == {"cnn_cifar10", "gru_imdb",
+                                                                              "resnet50_features"}
+    assert passed["densenet_chestxray"] == {"profile": "tiny", "record_path": str(tmp_path / "r.json"),
+                                            "mode": "ram", "data": "auto"}
+    plain = run_all.parse_args(["--profile", "tiny"])
+    assert "parity" not in run_all.notebook_parameters(jobs["cnn_cifar10"], plain, tmp_path / "r.json")
