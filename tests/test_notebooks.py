@@ -5,7 +5,7 @@ import nbformat
 import pytest
 
 from scripts import run_all, suite
-from support import records
+from support import parity, records
 
 NOTEBOOKS = sorted(suite.NOTEBOOKS.glob("*/*.ipynb"))
 JOBS = run_all.plan(run_all.parse_args(["--profile", "tiny"]))
@@ -44,9 +44,9 @@ def test_notebooks_of_a_task_share_their_headings(task):
 
 @pytest.fixture(scope="module")
 def tiny_suite(tmp_path_factory):
-    """The real suite at the tiny profile, through the runner, into a scratch results folder."""
+    """The real suite at the tiny profile with the parity steps, through the runner, into a scratch results folder."""
     results = tmp_path_factory.mktemp("results")
-    run_all.main(["--profile", "tiny", "--results", str(results), "--machine", "ci", "--no-readme"])
+    run_all.main(["--profile", "tiny", "--parity", "--results", str(results), "--machine", "ci", "--no-readme"])
     return results / "ci"
 
 
@@ -77,3 +77,36 @@ def test_the_tiny_suite_fills_the_tables(tiny_suite):
     rows = (tiny_suite / "results.csv").read_text().splitlines()
     assert len(rows) == 1 + len(JOBS)
     assert all(f"plots/tiny/{task}.png" in (tiny_suite / "results.md").read_text() for task in suite.TASKS)
+
+
+# Parity: (task, framework) -> why its notebook cannot reach parity.TOLERANCE. Empty: every
+# framework computes the reference's function; an entry here must also be explained in the notebook.
+PARITY_EXCEPTIONS = {}
+
+# Trainable parameters of the PyTorch models (torchvision's DenseNet-121 with 14 outputs, ResNet-50
+# without fc), and (task, framework) -> why a framework's model counts otherwise.
+N_PARAMETERS = {task: parity.n_parameters(task) for task in parity.TASKS} | {"densenet_chestxray": 6_968_206}
+N_PARAMETERS_EXCEPTIONS = {}
+
+
+@pytest.mark.parametrize("job", [j for j in JOBS if j.task in parity.TASKS], ids=lambda j: j.key)
+def test_parity_step_matches_the_numpy_reference(tiny_suite, job):
+    record = json.loads((tiny_suite / "records" / "tiny" / f"{job.key}.json").read_text())
+    assert "parity" in record, f"{job.title} ran with parity=True but recorded no parity result"
+    error = record["parity"]["max_rel_error"]
+    if (job.task, job.framework) in PARITY_EXCEPTIONS:
+        assert error >= parity.TOLERANCE, f"{job.title} now reaches parity: drop its entry from PARITY_EXCEPTIONS"
+        pytest.xfail(f"{job.framework}: {PARITY_EXCEPTIONS[job.task, job.framework]}")
+    assert error < parity.TOLERANCE, (f"{job.title}: outputs deviate from the numpy reference by {error:.1e} "
+                                      f"of their scale (tolerance {parity.TOLERANCE:g})")
+
+
+@pytest.mark.parametrize("job", JOBS, ids=lambda j: j.key)
+def test_every_model_counts_pytorchs_parameters(tiny_suite, job):
+    record = json.loads((tiny_suite / "records" / "tiny" / f"{job.key}.json").read_text())
+    reason = N_PARAMETERS_EXCEPTIONS.get((job.task, job.framework))
+    if reason:
+        assert record["n_parameters"] != N_PARAMETERS[job.task], f"{job.title}: now equal, drop the exception"
+        pytest.xfail(f"{job.framework}: {reason}")
+    assert record["n_parameters"] == N_PARAMETERS[job.task], (
+        f"{job.title} counts {record['n_parameters']:,} trainable parameters, PyTorch {N_PARAMETERS[job.task]:,}")
