@@ -81,6 +81,7 @@ def row(record: dict) -> dict:
         "device": env.get("device"), "threads": env.get("threads"), "cuda": env.get("cuda"),
         "cudnn": env.get("cudnn"), "machine": env.get("machine"), "git_commit": env.get("git_commit"),
         "date": env.get("date"), "wall_s": record.get("wall_s"), "error": record.get("error"),
+        "executed_notebook": record.get("executed_notebook"),      # not a CSV column: for the reader's links
     }
 
 
