@@ -86,3 +86,11 @@ def test_the_tiny_suite_fills_the_tables(tiny_suite):
     rows = (tiny_suite / "results.csv").read_text().splitlines()
     assert len(rows) == 1 + len(JOBS)
     assert all(f"plots/tiny/{task}.png" in (tiny_suite / "results.md").read_text() for task in suite.TASKS)
+
+
+def test_the_tiny_suite_builds_the_side_by_side_reader(tiny_suite):
+    site = tiny_suite / "site"
+    assert all((site / f"{task}.html").exists() for task in suite.TASKS) and (site / "site.css").exists()
+    assert "profile <code>tiny</code>" in (site / "index.html").read_text()
+    cnn = (site / "cnn_cifar10.html").read_text()
+    assert 'data-section="Train"' in cnn and "executed (module)</a>" in cnn and "../plots/tiny/cnn_cifar10.png" in cnn
