@@ -20,7 +20,7 @@ from scripts import build_site, report, suite
 MACHINE = suite.ROOT / "results" / "cpu-2c-intel-xeon"      # committed results: every task at profile cpu
 PROFILE = "cpu"
 CHROMIUM = Path("/usr/bin/chromium")
-INSTALL = ["apt-get", "install", "-y", "chromium", "fonts-dejavu-core"]
+INSTALL = ["apt-get", "install", "-y", "--no-install-recommends", "chromium", "fonts-dejavu-core"]
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 
