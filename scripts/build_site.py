@@ -81,9 +81,8 @@ def sections(path: Path, render: Renderer) -> dict[str, list[dict]]:
     for cell in nb.cells:
         if cell.cell_type == "code":
             if cell.source.strip():
-                tags = cell.metadata.get("tags", [])
-                found.setdefault(current, []).append(
-                    {"kind": "code", "html": render.code(cell.source), "tag": "parameters" if "parameters" in tags else ""})
+                tag = "parameters" if "parameters" in cell.metadata.get("tags", []) else ""
+                found.setdefault(current, []).append({"kind": "code", "html": render.code(cell.source), "tag": tag})
             continue
         if cell.cell_type != "markdown":
             continue
@@ -111,10 +110,11 @@ def runs(task: str, framework: str, task_rows: list[dict], machine_dir: Path, ou
     found = {r["variant"] or "": r for r in task_rows if r["framework"] == framework}
     out = []
     for parameters in suite.variants(task, framework):
-        r = found.get(suite.variant_label(parameters))
-        executed = machine_dir / r["executed_notebook"] if r and r["executed_notebook"] else None
-        out.append({"variant": suite.variant_label(parameters), "status": r["status"] if r else "not run",
-                    "error": (r or {}).get("error") or "", "executed": href(executed, out_dir) if executed and executed.exists() else None})
+        variant = suite.variant_label(parameters)
+        r = found.get(variant) or {"status": "not run", "error": None, "executed_notebook": None}
+        executed = machine_dir / r["executed_notebook"] if r["executed_notebook"] else None
+        out.append({"variant": variant, "status": r["status"], "error": r["error"] or "",
+                    "executed": href(executed, out_dir) if executed and executed.exists() else None})
     return out
 
 
@@ -179,9 +179,10 @@ def build(machine_dir: Path, out_dir: Path | None = None, profile: str | None = 
         provenance=render.markdown(report.provenance(profile_rows, machine_dir.name)) if profile_rows else "",
         results_md=href(results_md, out_dir) if results_md.exists() else None), encoding="utf-8")
     for task, page in pages.items():
-        (out_dir / f"{task}.html").write_text(environment.get_template("task.html").render(common, **page, page=task), encoding="utf-8")
-    (out_dir / "site.css").write_text((TEMPLATES / "site.css").read_text() + "\n/* Pygments, style "
-                                      f"'{PYGMENTS_STYLE}' */\n" + render.css() + "\n", encoding="utf-8")
+        html = environment.get_template("task.html").render(common, **page, page=task)
+        (out_dir / f"{task}.html").write_text(html, encoding="utf-8")
+    css = (TEMPLATES / "site.css").read_text() + f"\n/* Pygments, style '{PYGMENTS_STYLE}' */\n" + render.css() + "\n"
+    (out_dir / "site.css").write_text(css, encoding="utf-8")
     shutil.copyfile(TEMPLATES / "site.js", out_dir / "site.js")
     return out_dir / "index.html"
 
