@@ -81,6 +81,7 @@ def row(record: dict) -> dict:
         "device": env.get("device"), "threads": env.get("threads"), "cuda": env.get("cuda"),
         "cudnn": env.get("cudnn"), "machine": env.get("machine"), "git_commit": env.get("git_commit"),
         "date": env.get("date"), "wall_s": record.get("wall_s"), "error": record.get("error"),
+        "executed_notebook": record.get("executed_notebook"),      # not a CSV column: for the reader's links
     }
 
 
@@ -257,6 +258,14 @@ def split_variant(r: dict) -> tuple[str, str]:
     return r["variant"], ""
 
 
+def provenance(rows: list[dict], machine: str) -> str:
+    """Where one profile's rows come from: profile, machine, data kind, then environment_line()."""
+    profiles = ", ".join(f"`{p}`" for p in dict.fromkeys(r["profile"] for r in rows))
+    kinds = sorted({r["data"] for r in rows if r["data"]})
+    machine_line = environment_line(rows)
+    return f"Profile {profiles} on `{machine}`; data: {', '.join(kinds) or '-'}." + (f" {machine_line}." if machine_line else "")
+
+
 def readme_table(rows: list[dict], machine: str) -> str:
     """One line per framework (and backend), one column per task, for the headline profile."""
     profile = headline_profile(rows)
@@ -278,8 +287,7 @@ def readme_table(rows: list[dict], machine: str) -> str:
         found = cells[(framework, variant)]
         lines.append(f"| {framework}{f' ({variant})' if variant else ''} | "
                      + " | ".join(found.get(c, "-") for c in columns) + " |")
-    kinds = sorted({r["data"] for r in rows if r["data"]})
-    note = (f"Profile `{profile}` on `{machine}`; data: {', '.join(kinds) or '-'}. {environment_line(rows)}. "
+    note = (f"{provenance(rows, machine)} "
             f"Details, spreads, parameter counts and plots: [results/{machine}/results.md](results/{machine}/results.md)."
             + (" `!`: accuracy or AUC outside the band around the other frameworks'." if any(
                 r["band"] == "outside" for r in rows) else ""))
@@ -295,10 +303,16 @@ def update_readme(readme: Path, rows: list[dict], machine: str) -> None:
     readme.write_text(f"{before}{README_START}\n{readme_table(rows, machine)}\n{README_END}{after}")
 
 
-def build(machine_dir: Path, readme: Path | None = None) -> list[dict]:
-    """Write results.csv, results.md and the plots for one machine; update the README if given."""
+def load_rows(machine_dir: Path) -> list[dict]:
+    """Every record of one machine as a table row, in table order, with its band marked."""
     rows = sorted((row(r) for r in load_records(machine_dir)), key=sort_key)
     mark_band(rows)
+    return rows
+
+
+def build(machine_dir: Path, readme: Path | None = None) -> list[dict]:
+    """Write results.csv, results.md and the plots for one machine; update the README if given."""
+    rows = load_rows(machine_dir)
     if not rows:
         print(f"no records under {machine_dir / 'records'}")
         return rows

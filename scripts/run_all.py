@@ -5,16 +5,17 @@
     python scripts/run_all.py --task cnn_cifar10 --framework pytorch --profile tiny
     python scripts/run_all.py --resume                 # skip what already has an ok record
     python scripts/run_all.py --profile tiny --parity  # also check every model against the numpy reference
-    python scripts/run_all.py --report-only            # rebuild tables, plots and README only
+    python scripts/run_all.py --report-only            # rebuild tables, plots, README and reader only
 
 The pipeline: pick the notebooks (task x framework x variant) -> run each with papermill in
 its kernel, one at a time so that timings never share the machine, passing the profile, the
 data source and a record path as parameters -> each notebook writes one JSON record -> a
 notebook that raises, times out or kills its kernel gets a failed record with its error, and
-the suite goes on -> `report.build` writes results.csv, results.md, plots and the README table.
+the suite goes on -> `report.build` writes results.csv, results.md, plots and the README table
+-> `build_site.build` writes the side-by-side reader (site/index.html and a page per task).
 
 Everything lands in results/<machine>/: records/<profile>/, executed/<profile>/ (the notebooks
-with their outputs), logs/<profile>/, results.csv, results.md, plots/.
+with their outputs), logs/<profile>/, results.csv, results.md, plots/, site/.
 """
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from scripts import report, suite  # noqa: E402
+from scripts import build_site, report, suite  # noqa: E402
 from support import env  # noqa: E402
 from support.parity import TASKS as PARITY_TASKS  # noqa: E402
 from support.records import SCHEMA, RecordError, atomic_write_json, read  # noqa: E402
@@ -85,7 +86,9 @@ def parse_args(argv=None):
     p.add_argument("--readme", type=Path, default=suite.ROOT / "README.md",
                    help="README whose results table to update (default README.md); --no-readme to leave it")
     p.add_argument("--no-readme", dest="readme", action="store_const", const=None)
-    p.add_argument("--report-only", action="store_true", help="run nothing; rebuild tables, plots and README")
+    p.add_argument("--no-site", dest="site", action="store_false",
+                   help="do not rebuild the side-by-side reader (results/<machine>/site/) at the end")
+    p.add_argument("--report-only", action="store_true", help="run nothing; rebuild tables, plots, README and reader")
     p.add_argument("--list", action="store_true", help="print the notebooks that would run, and stop")
     args = p.parse_args(argv)
     args.tasks = split_names(args.task, suite.TASKS, "task", p)
@@ -232,6 +235,19 @@ def run_suite(jobs: list[Job], args, out: Path) -> int:
     return failures
 
 
+def build_reader(out: Path, args, rows: list[dict]) -> bool:
+    """Rebuild the side-by-side reader for this run's profile (else the latest one recorded);
+    False, with the reason printed, where a notebook's headings differ from PyTorch's."""
+    profile = args.profile if any(r["profile"] == args.profile for r in rows) else None
+    try:
+        index = build_site.build(out, profile=profile, notebooks=args.notebooks)
+    except ValueError as err:
+        print(f"the side-by-side reader was not built: {err}")
+        return False
+    print(f"wrote the side-by-side reader: open {index}")
+    return True
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     out = args.results / args.machine
@@ -242,7 +258,7 @@ def main(argv=None) -> int:
         for job in jobs:
             print(f"  {job.title}: {job.notebook} in kernel {suite.kernel_name(suite.FRAMEWORKS[job.framework])}")
         return 0
-    failures = 0
+    failures, reader_ok = 0, True
     try:
         if not args.report_only:
             failures = run_suite(jobs, args, out)
@@ -253,11 +269,13 @@ def main(argv=None) -> int:
         rows = report.build(out, args.readme)       # the tables always reflect every record there is
         for line in report.flagged([r for r in rows if r["profile"] == args.profile]):
             print(f"outside the band: {line}")
+        if args.site:
+            reader_ok = build_reader(out, args, rows)
     if failures < 0:
         return 130
     if failures:
         print(f"{failures} notebook(s) failed: see results.md and the logs under {out / 'logs' / args.profile}")
-    return 1 if failures else 0
+    return 1 if failures or not reader_ok else 0
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ with whatever Python 3 the user has, before any environment exists.
 """
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -67,3 +68,37 @@ def variants(task: str, framework: str) -> list[dict]:
 def variant_label(run: dict) -> str:
     """'' for a notebook that runs once, else the values joined, e.g. 'jax' or 'jax-ram'."""
     return "-".join(str(v) for v in run.values())
+
+
+def section_headings(path: Path) -> list[str]:
+    """The notebook's `## ` heading lines (its sections), in order, read with the standard library."""
+    cells = json.loads(Path(path).read_text())["cells"]
+    lines = ("".join(c["source"]) if isinstance(c["source"], list) else c["source"] for c in cells
+             if c["cell_type"] == "markdown")
+    return [line.rstrip() for text in lines for line in text.splitlines() if line.startswith("## ")]
+
+
+def shown(path: Path) -> str:
+    """A path as the messages name it: relative to the repository where it lies inside it."""
+    path = Path(path).resolve()
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
+
+
+def check_headings(task: str, notebooks: Path = NOTEBOOKS) -> list[str]:
+    """PyTorch's section headings for a task, after checking that every notebook of the task has them,
+    in the same order; else a ValueError that names the notebook and the first heading that differs."""
+    reference_path = notebooks / task / "pytorch.ipynb"
+    rule = "every notebook of a task needs pytorch's headings in pytorch's order"
+    if not reference_path.exists():
+        raise ValueError(f"{shown(reference_path)} is missing; {rule}")
+    reference = section_headings(reference_path)
+    for path in sorted((notebooks / task).glob("*.ipynb")):
+        found = section_headings(path)
+        for i in range(max(len(found), len(reference))):
+            mine, theirs = (found[i] if i < len(found) else None), (reference[i] if i < len(reference) else None)
+            if mine == theirs:
+                continue
+            where = f"{shown(path)}: " + (f"heading {mine!r}" if mine else "no heading") + f" (position {i + 1})"
+            has = f"has {theirs!r}" if theirs else "has no more headings"
+            raise ValueError(f"{where} where {shown(reference_path)} {has}; {rule}")
+    return reference

@@ -11,11 +11,6 @@ NOTEBOOKS = sorted(suite.NOTEBOOKS.glob("*/*.ipynb"))
 JOBS = run_all.plan(run_all.parse_args(["--profile", "tiny"]))
 
 
-def headings(nb):
-    return [line for cell in nb.cells if cell.cell_type == "markdown"
-            for line in cell.source.splitlines() if line.startswith("## ")]
-
-
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: f"{p.parent.name}/{p.stem}")
 def test_notebook_follows_the_shared_skeleton(path):
     nb = nbformat.read(path, as_version=4)
@@ -34,12 +29,26 @@ def test_notebook_follows_the_shared_skeleton(path):
 
 @pytest.mark.parametrize("task", suite.TASKS)
 def test_notebooks_of_a_task_share_their_headings(task):
-    found = {p.stem: headings(nbformat.read(p, as_version=4)) for p in sorted((suite.NOTEBOOKS / task).glob("*.ipynb"))}
-    assert "pytorch" in found
-    reference = found["pytorch"]
+    reference = suite.check_headings(task)      # raises, naming the notebook and the heading, where one differs
     assert reference[:3] == ["## Parameters", "## Imports and versions", "## Data"] and reference[-1] == "## Record"
-    for framework, hs in found.items():
-        assert hs == reference, f"{task}/{framework}.ipynb headings {hs} differ from pytorch's {reference}"
+
+
+def test_a_misaligned_heading_is_named_with_its_notebook(tmp_path):
+    import shutil
+
+    shutil.copytree(suite.NOTEBOOKS / "gru_imdb", tmp_path / "gru_imdb")
+    nb = nbformat.read(tmp_path / "gru_imdb" / "jax.ipynb", as_version=4)
+    cell = next(c for c in nb.cells if c.cell_type == "markdown" and c.source.startswith("## Train"))
+    cell.source = cell.source.replace("## Train", "## Trian", 1)
+    nbformat.write(nb, tmp_path / "gru_imdb" / "jax.ipynb")
+    with pytest.raises(ValueError) as err:
+        suite.check_headings("gru_imdb", tmp_path)
+    assert str(err.value) == (f"{tmp_path / 'gru_imdb' / 'jax.ipynb'}: heading '## Trian' (position 5) where "
+                              f"{tmp_path / 'gru_imdb' / 'pytorch.ipynb'} has '## Train'; every notebook of a task "
+                              "needs pytorch's headings in pytorch's order")
+    (tmp_path / "gru_imdb" / "pytorch.ipynb").unlink()
+    with pytest.raises(ValueError, match="pytorch.ipynb is missing"):
+        suite.check_headings("gru_imdb", tmp_path)
 
 
 @pytest.fixture(scope="module")
@@ -110,3 +119,11 @@ def test_every_model_counts_pytorchs_parameters(tiny_suite, job):
         pytest.xfail(f"{job.framework}: {reason}")
     assert record["n_parameters"] == N_PARAMETERS[job.task], (
         f"{job.title} counts {record['n_parameters']:,} trainable parameters, PyTorch {N_PARAMETERS[job.task]:,}")
+
+
+def test_the_tiny_suite_builds_the_side_by_side_reader(tiny_suite):
+    site = tiny_suite / "site"
+    assert all((site / f"{task}.html").exists() for task in suite.TASKS) and (site / "site.css").exists()
+    assert "profile <code>tiny</code>" in (site / "index.html").read_text()
+    cnn = (site / "cnn_cifar10.html").read_text()
+    assert 'data-section="Train"' in cnn and "executed (module)</a>" in cnn and "../plots/tiny/cnn_cifar10.png" in cnn

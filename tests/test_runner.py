@@ -103,6 +103,31 @@ def test_tables_plots_and_readme_hold_every_row(suite_run):
     assert "| mxnet | - | - | - | - |" in readme and "(0.750) |" in readme
 
 
+def test_the_run_ends_by_building_the_side_by_side_reader(suite_run):
+    _, out, _ = suite_run
+    site = out / "site"
+    assert all((site / f"{task}.html").exists() for task in suite.TASKS)
+    index = (site / "index.html").read_text()
+    assert 'title="ValueError: boom: the model diverged (cell' in index and ">timeout</span>" in index
+    gru = (site / "gru_imdb.html").read_text()
+    assert 'data-framework="pytorch"' in gru and 'data-framework="mxnet"' in gru and "executed</a>" in gru
+
+
+def test_a_misaligned_heading_fails_the_reader_not_the_tables(tmp_path, capsys):
+    for framework, heading in (("pytorch", "## Train"), ("jax", "## Training")):
+        path = tmp_path / "notebooks" / "gru_imdb" / f"{framework}.ipynb"
+        write_notebook(path, "gru_imdb", framework, OK)
+        nb = nbformat.read(path, as_version=4)
+        nb.cells.insert(0, nbformat.v4.new_markdown_cell(f"{heading}\n\nThe loop."))
+        nbformat.write(nb, path)
+    argv = ["--report-only", "--notebooks", str(tmp_path / "notebooks"), "--results", str(tmp_path / "results"),
+            "--machine", "box", "--profile", "tiny", "--no-readme"]
+    assert run_all.main(argv) == 1
+    assert (f"the side-by-side reader was not built: {tmp_path}/notebooks/gru_imdb/jax.ipynb: heading '## Training' "
+            f"(position 1) where {tmp_path}/notebooks/gru_imdb/pytorch.ipynb has '## Train'") in capsys.readouterr().out
+    assert run_all.main(argv + ["--no-site"]) == 0 and not (tmp_path / "results" / "box" / "site").exists()
+
+
 def test_resume_skips_ok_records_and_reruns_the_rest(suite_run, capsys):
     tmp, out, _ = suite_run
     before = record(out, "gru_imdb__pytorch")

@@ -1,0 +1,224 @@
+#!/usr/bin/env python
+"""Build the side-by-side reader: a static site that shows each step of a task in every framework.
+
+    python scripts/build_site.py                        # this machine's results -> results/<machine>/site/
+    python scripts/build_site.py --machine cpu-2c-intel-xeon --profile cpu --out /tmp/site
+
+One page per task: its results table and plot from the machine's latest run, then one row per
+section heading (`## Data`, `## Model`, ...) and one column per framework, with the markdown and
+the syntax-highlighted code of that section; checkboxes choose which frameworks to show (the URL's
+hash keeps the choice: `cnn_cifar10.html#pytorch,jax`). An index page has a matrix of the notebooks
+and how their last run went. Plain HTML, one CSS and one JS file: open index.html from disk, no
+server needed. Links to the notebooks, executed copies and plots are relative, so the site works
+where it is built (by default inside the results folder it reads).
+
+The rows come from PyTorch's headings: `suite.check_headings` makes the build fail with an error
+that names any notebook whose headings differ, so the parallel structure cannot rot.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import sys
+from pathlib import Path
+from urllib.parse import quote
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from scripts import report, suite  # noqa: E402
+
+TEMPLATES = Path(__file__).resolve().parent / "site_templates"
+LABELS = {"pytorch": "PyTorch", "tensorflow": "TensorFlow", "keras": "Keras 3", "jax": "JAX + Flax",
+          "mxnet": "MXNet", "chainer": "Chainer"}
+INTRODUCTION = "Introduction"       # the row for the cells above a notebook's first `## ` heading
+PYGMENTS_STYLE = "default"
+
+
+def label(framework: str) -> str:
+    return LABELS.get(framework, framework)
+
+
+def href(target: Path, out_dir: Path) -> str:
+    """A relative URL from the site folder to a file, so that links work from disk (file://)."""
+    return quote(Path(os.path.relpath(Path(target).resolve(), out_dir.resolve())).as_posix())
+
+
+def slug(title: str) -> str:
+    return "s-" + (re.sub(r"[^a-z0-9]+", "-", title.lower()).strip("-") or "section")
+
+
+class Renderer:
+    """Markdown (markdown-it, CommonMark with tables) and Python code (Pygments) to HTML."""
+
+    def __init__(self):
+        from markdown_it import MarkdownIt
+        from pygments.formatters import HtmlFormatter
+        from pygments.lexers import PythonLexer
+
+        self.markdown_it = MarkdownIt("commonmark", {"html": False}).enable("table")
+        self.lexer, self.formatter = PythonLexer(), HtmlFormatter(style=PYGMENTS_STYLE)
+
+    def markdown(self, text: str) -> str:
+        return self.markdown_it.render(text)
+
+    def code(self, source: str) -> str:
+        from pygments import highlight
+        return highlight(source, self.lexer, self.formatter)
+
+    def css(self) -> str:
+        return self.formatter.get_style_defs(".highlight")
+
+
+def sections(path: Path, render: Renderer) -> dict[str, list[dict]]:
+    """A notebook's cells as HTML, grouped by the `## ` heading above them (the heading line itself
+    goes to the row's title). Cells above the first heading form the INTRODUCTION row."""
+    import nbformat
+
+    nb = nbformat.read(path, as_version=4)
+    found: dict[str, list[dict]] = {}
+    current = INTRODUCTION
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            if cell.source.strip():
+                tag = "parameters" if "parameters" in cell.metadata.get("tags", []) else ""
+                found.setdefault(current, []).append({"kind": "code", "html": render.code(cell.source), "tag": tag})
+            continue
+        if cell.cell_type != "markdown":
+            continue
+        text: list[str] = []
+        for line in cell.source.splitlines() + ["## "]:      # a sentinel heading flushes the last lines
+            if not line.startswith("## "):
+                text.append(line)
+                continue
+            if "\n".join(text).strip():
+                found.setdefault(current, []).append({"kind": "markdown", "html": render.markdown("\n".join(text))})
+            text = []
+            if line.strip() != "##":
+                current = line[3:].strip()
+    return found
+
+
+def latest_profile(rows: list[dict]) -> str | None:
+    """The profile of the newest record (the latest run), else the most complete one present."""
+    dated = [r for r in rows if r.get("date")]
+    return max(dated, key=lambda r: r["date"])["profile"] if dated else report.headline_profile(rows)
+
+
+def runs(task: str, framework: str, task_rows: list[dict], machine_dir: Path, out_dir: Path) -> list[dict]:
+    """One entry per run of a notebook (its variants) in the task's rows: status, error, executed copy."""
+    found = {r["variant"] or "": r for r in task_rows if r["framework"] == framework}
+    out = []
+    for parameters in suite.variants(task, framework):
+        variant = suite.variant_label(parameters)
+        r = found.get(variant) or {"status": "not run", "error": None, "executed_notebook": None}
+        executed = machine_dir / r["executed_notebook"] if r["executed_notebook"] else None
+        out.append({"variant": variant, "status": r["status"], "error": r["error"] or "",
+                    "executed": href(executed, out_dir) if executed and executed.exists() else None})
+    return out
+
+
+def task_page(task: str, notebooks: Path, rows: list[dict], profile: str | None, machine_dir: Path, out_dir: Path,
+              render: Renderer) -> dict:
+    """Everything a task page shows: results, columns (frameworks) and rows (sections)."""
+    headings = [h[3:].strip() for h in suite.check_headings(task, notebooks)]
+    frameworks = [f for f in suite.FRAMEWORKS if (notebooks / task / f"{f}.ipynb").exists()]
+    cells = {f: sections(notebooks / task / f"{f}.ipynb", render) for f in frameworks}
+    titles = ([INTRODUCTION] if any(INTRODUCTION in c for c in cells.values()) else []) + headings
+    task_rows = [r for r in rows if r["task"] == task and r["profile"] == profile]
+    plot = machine_dir / "plots" / str(profile) / f"{task}.png"
+    return {
+        "task": task, "title": report.TASK_TITLES.get(task, task),
+        "columns": [{"framework": f, "label": label(f), "notebook": href(notebooks / task / f"{f}.ipynb", out_dir),
+                     "runs": runs(task, f, task_rows, machine_dir, out_dir)} for f in frameworks],
+        "default": ",".join(frameworks[:2]),
+        "rows": [{"title": t, "id": slug(t), "cells": {f: cells[f].get(t, []) for f in frameworks}} for t in titles],
+        "provenance": render.markdown(report.provenance(task_rows, machine_dir.name)) if task_rows else "",
+        "table": render.markdown(report.task_table(task_rows)) if task_rows else "",
+        "plot": href(plot, out_dir) if task_rows and plot.exists() else None,
+    }
+
+
+def index_matrix(tasks: list[str], pages: dict[str, dict]) -> list[dict]:
+    """Rows = frameworks, cells = tasks: does the notebook exist, and how did each of its runs end."""
+    matrix = []
+    for f in suite.FRAMEWORKS:
+        cells = []
+        for task in tasks:
+            column = next((c for c in pages[task]["columns"] if c["framework"] == f), None)
+            if column is None:
+                cells.append(None)
+                continue
+            chosen = pages[task]["default"] if f == "pytorch" else f"pytorch,{f}"
+            cells.append({"task": task, "href": f"{task}.html#{chosen}", "runs": column["runs"]})
+        if any(cells):
+            matrix.append({"framework": f, "label": label(f), "cells": cells})
+    return matrix
+
+
+def build(machine_dir: Path, out_dir: Path | None = None, profile: str | None = None,
+          notebooks: Path = suite.NOTEBOOKS) -> Path:
+    """Write the site for one machine's results (default: <machine_dir>/site); return its index.html."""
+    import jinja2
+
+    machine_dir = Path(machine_dir)
+    out_dir = Path(out_dir or machine_dir / "site")
+    rows = report.load_rows(machine_dir) if (machine_dir / "records").is_dir() else []
+    profile = profile or latest_profile(rows)
+    render = Renderer()
+    tasks = [t for t in suite.TASKS if any((notebooks / t).glob("*.ipynb"))]
+    pages = {t: task_page(t, notebooks, rows, profile, machine_dir, out_dir, render) for t in tasks}
+    environment = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True,
+                                     undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    common = {"tasks": [(t, pages[t]["title"]) for t in tasks], "machine": machine_dir.name, "profile": profile}
+    out_dir.mkdir(parents=True, exist_ok=True)
+    results_md = machine_dir / "results.md"
+    profile_rows = [r for r in rows if r["profile"] == profile]
+    (out_dir / "index.html").write_text(environment.get_template("index.html").render(
+        common, matrix=index_matrix(tasks, pages), page="index",
+        provenance=render.markdown(report.provenance(profile_rows, machine_dir.name)) if profile_rows else "",
+        results_md=href(results_md, out_dir) if results_md.exists() else None), encoding="utf-8")
+    for task, page in pages.items():
+        html = environment.get_template("task.html").render(common, **page, page=task)
+        (out_dir / f"{task}.html").write_text(html, encoding="utf-8")
+    css = (TEMPLATES / "site.css").read_text() + f"\n/* Pygments, style '{PYGMENTS_STYLE}' */\n" + render.css() + "\n"
+    (out_dir / "site.css").write_text(css, encoding="utf-8")
+    shutil.copyfile(TEMPLATES / "site.js", out_dir / "site.js")
+    return out_dir / "index.html"
+
+
+def default_machine(results: Path) -> str:
+    """This machine's results folder where it exists, else the only one there is."""
+    from support import env
+
+    here = env.machine_name()
+    found = sorted(p.name for p in results.iterdir() if (p / "records").is_dir()) if results.is_dir() else []
+    if here in found or not found:
+        return here
+    if len(found) == 1:
+        return found[0]
+    raise SystemExit(f"build_site.py: no results for this machine ({here}) under {results}; "
+                     f"choose one with --machine: {', '.join(found)}")
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 2)[2])
+    p.add_argument("--results", type=Path, default=suite.ROOT / "results", help="results folder (default results/)")
+    p.add_argument("--machine", help="results subfolder to read (default: this machine's, else the only one)")
+    p.add_argument("--profile", choices=suite.PROFILES, help="profile whose results to show (default: the latest run's)")
+    p.add_argument("--out", type=Path, help="where to write the site (default results/<machine>/site/)")
+    p.add_argument("--notebooks", type=Path, default=suite.NOTEBOOKS, help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    machine = args.machine or default_machine(args.results)
+    try:
+        index = build(args.results / machine, args.out, args.profile, args.notebooks)
+    except ValueError as err:
+        print(f"build_site.py: {err}", file=sys.stderr)
+        return 1
+    print(f"wrote the side-by-side reader: open {index}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

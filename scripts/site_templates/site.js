@@ -1,0 +1,46 @@
+// The framework chooser of a task page: which columns show, kept in the URL's hash
+// (task.html#pytorch,jax), so that a link can choose them. No reload, no server.
+(function () {
+  "use strict";
+  const chooser = document.getElementById("chooser");
+  if (!chooser) return;
+  const boxes = Array.from(chooser.querySelectorAll("input[type=checkbox]"));
+  const known = boxes.map((box) => box.value);
+
+  // The frameworks a hash names: none for "#none", the default pair without a hash, and null
+  // (leave the columns as they are) for any other hash, such as a section's anchor.
+  function fromHash() {
+    const hash = decodeURIComponent(location.hash.slice(1));
+    if (hash === "none") return [];
+    if (!hash) return chooser.dataset.default.split(",");
+    const names = hash.split(",").filter((name) => known.includes(name));
+    return names.length ? names : null;
+  }
+
+  function show(names) {
+    if (!names) return;
+    boxes.forEach((box) => { box.checked = names.includes(box.value); });
+    document.querySelectorAll("[data-framework]").forEach((el) => {
+      el.classList.toggle("off", !names.includes(el.dataset.framework));
+    });
+  }
+
+  chooser.addEventListener("change", () => {
+    const names = boxes.filter((box) => box.checked).map((box) => box.value);
+    show(names);
+    location.replace("#" + (names.join(",") || "none"));   // a same-page hash: no reload
+  });
+  window.addEventListener("hashchange", () => show(fromHash()));
+
+  // The step links scroll below the sticky bar and keep the chosen frameworks in the hash.
+  const bar = document.querySelector(".bar");
+  document.querySelectorAll(".steps a").forEach((link) => {
+    link.addEventListener("click", (event) => {
+      const target = document.getElementById(link.getAttribute("href").slice(1));
+      if (!target) return;
+      event.preventDefault();
+      window.scrollTo({top: target.getBoundingClientRect().top + window.scrollY - bar.offsetHeight});
+    });
+  });
+  show(fromHash());
+})();

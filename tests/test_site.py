@@ -1,0 +1,198 @@
+"""scripts/build_site.py: the side-by-side reader, built from the committed results and read in headless Chromium.
+
+The browser is Debian's `chromium`, driven by playwright (whose own browser downloads are never used).
+Where /usr/bin/chromium is missing the test installs it with apt-get (as root, which CI is), and skips
+with the reason and the command to run where it cannot. Screenshots go to pytest's temporary folder,
+or to $DLR_SCREENSHOTS, and their paths are printed.
+"""
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+import nbformat
+import pytest
+
+from scripts import build_site, report, suite
+
+MACHINE = suite.ROOT / "results" / "cpu-2c-intel-xeon"      # committed results: every task at profile cpu
+PROFILE = "cpu"
+CHROMIUM = Path("/usr/bin/chromium")
+INSTALL = ["apt-get", "install", "-y", "--no-install-recommends", "chromium", "fonts-dejavu-core"]
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
+def ensure_chromium() -> str | None:
+    """None when Debian's chromium is there (installing it with apt-get where it is not and we are root),
+    else why it is not."""
+    if CHROMIUM.exists():
+        return None
+    how = f"install it with `apt-get update && {' '.join(INSTALL)}`"
+    if os.geteuid() != 0 or not shutil.which("apt-get"):
+        return f"{CHROMIUM} is missing and this user cannot apt-get it: {how}"
+    environ = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    start = time.time()
+    for cmd, limit in ((["apt-get", "update"], 300), (INSTALL, 600)):
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=limit, env=environ,
+                                  stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired:
+            return f"`{' '.join(cmd)}` took over {limit} s: {how}"
+        if proc.returncode:
+            return f"`{' '.join(cmd)}` failed ({(proc.stderr.strip().splitlines() or ['no output'])[-1]}): {how}"
+    print(f"installed chromium with apt-get in {time.time() - start:.0f} s")
+    return None if CHROMIUM.exists() else f"apt-get installed chromium but {CHROMIUM} is not there: {how}"
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    """The reader built from the committed results into a scratch folder (the repository is not written)."""
+    return build_site.build(MACHINE, tmp_path_factory.mktemp("site"), profile=PROFILE).parent
+
+
+@pytest.fixture(scope="module")
+def screenshots(tmp_path_factory):
+    folder = Path(os.environ.get("DLR_SCREENSHOTS") or tmp_path_factory.mktemp("screenshots"))
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def browser():
+    reason = ensure_chromium()
+    if reason:
+        pytest.skip(reason)
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def page(browser):
+    page = browser.new_page(viewport={"width": 1600, "height": 1000})
+    yield page
+    page.close()
+
+
+def headings(task):
+    return [build_site.INTRODUCTION] + [h[3:] for h in suite.check_headings(task)]
+
+
+def frameworks(task):
+    return [f for f in suite.FRAMEWORKS if suite.notebook_path(task, f).exists()]
+
+
+def visible_columns(page) -> dict[str, set[str]]:
+    """For each row (the column heads and every section), the frameworks whose column is visible."""
+    return page.evaluate("""() => Object.fromEntries(
+        Array.from(document.querySelectorAll('.heads, .step')).map(row => [
+            row.dataset.section || 'heads',
+            Array.from(row.querySelectorAll('.col')).filter(col => col.checkVisibility())
+                .map(col => col.dataset.framework)]))""")
+
+
+def test_the_site_has_an_index_and_a_page_per_task(site):
+    assert {p.name for p in site.iterdir()} == {"index.html", "site.css", "site.js"} | {f"{t}.html" for t in suite.TASKS}
+    assert ".highlight .k " in (site / "site.css").read_text()      # Pygments' style travels with the site
+
+
+@pytest.mark.parametrize("task", suite.TASKS)
+def test_every_framework_and_section_is_on_the_page(site, page, task):
+    page.goto((site / f"{task}.html").as_uri())
+    sections = page.eval_on_selector_all(".step", "rows => rows.map(r => r.dataset.section)")
+    assert sections == headings(task)
+    for row in [".heads"] + [f'.step[data-section="{s}"]' for s in sections]:
+        found = page.eval_on_selector_all(f"{row} .col", "cols => cols.map(c => c.dataset.framework)")
+        assert found == frameworks(task), row
+    assert page.locator(".step pre").count() >= len(frameworks(task)) * 5     # highlighted code in every column
+    assert page.locator("#chooser input").count() == len(frameworks(task))
+
+
+@pytest.mark.parametrize("task", suite.TASKS)
+def test_each_page_opens_with_its_results_and_plot(site, page, task):
+    page.goto((site / f"{task}.html").as_uri())
+    rows = [r for r in report.load_rows(MACHINE) if r["task"] == task and r["profile"] == PROFILE]
+    assert page.locator(".results table tbody tr").count() == len(rows)
+    text = page.inner_text(".results .provenance")
+    assert "Profile cpu on cpu-2c-intel-xeon; data: synthetic" in text and "Python 3.11" in text
+    assert page.eval_on_selector(".results img.plot", "img => img.complete && img.naturalWidth") > 500
+
+
+def test_columns_link_to_existing_notebooks_and_executed_copies(site, page):
+    page.goto((site / "cnn_cifar10.html").as_uri())
+    links = page.eval_on_selector_all(".heads a", "links => links.map(a => [a.textContent.trim(), a.href])")
+    paths = [(text, Path(unquote(urlparse(url).path))) for text, url in links]
+    assert [p for text, p in paths if text == "notebook"] == [suite.notebook_path("cnn_cifar10", f)
+                                                              for f in frameworks("cnn_cifar10")]
+    executed = [text for text, _ in paths if text.startswith("executed")]
+    assert len(executed) == sum(len(suite.variants("cnn_cifar10", f)) for f in frameworks("cnn_cifar10"))
+    assert {"executed (tensorflow)", "executed (jax)", "executed (torch)", "executed (gluon)", "executed (module)"} <= set(executed)
+    assert all(p.exists() for _, p in paths), [p for _, p in paths if not p.exists()]
+
+
+def test_choosing_two_frameworks_shows_exactly_those_two(site, page, screenshots):
+    page.goto((site / "cnn_cifar10.html").as_uri())
+    default = visible_columns(page)
+    assert set(default) == {"heads", *headings("cnn_cifar10")}
+    assert all(shown == ["pytorch", "tensorflow"] for shown in default.values()), default
+    page.evaluate("window.sameDocument = true")
+    for framework in ("tensorflow", "jax"):          # untick TensorFlow, tick JAX: no reload, the hash follows
+        page.click(f'#chooser input[value="{framework}"]')
+    assert all(shown == ["pytorch", "jax"] for shown in visible_columns(page).values())
+    assert page.evaluate("location.hash") == "#pytorch,jax" and page.evaluate("window.sameDocument") is True
+    widths = page.eval_on_selector_all(".heads .col", "cols => cols.filter(c => c.checkVisibility())"
+                                                       ".map(c => c.getBoundingClientRect().width)")
+    assert len(widths) == 2 and abs(widths[0] - widths[1]) < 2           # equal columns
+    page.screenshot(path=screenshots / "cnn_cifar10-pytorch-jax-full.png", full_page=True)
+    page.click('.steps a[href="#s-model"]')
+    assert page.evaluate("location.hash") == "#pytorch,jax"           # a step link keeps the choice
+    path = screenshots / "cnn_cifar10-pytorch-jax.png"
+    page.screenshot(path=path)
+    assert path.stat().st_size > 50_000
+    print(f"\nscreenshots: {path} (the CNN's Model step, PyTorch beside JAX) and {path.stem}-full.png")
+
+
+def test_a_link_chooses_the_frameworks_through_its_hash(site, page):
+    page.goto((site / "gru_imdb.html").as_uri() + "#keras,chainer,mxnet")
+    assert all(shown == ["keras", "mxnet", "chainer"] for shown in visible_columns(page).values())
+    boxes = page.eval_on_selector_all("#chooser input:checked", "boxes => boxes.map(b => b.value)")
+    assert boxes == ["keras", "mxnet", "chainer"]
+
+
+def test_the_index_has_the_matrix_of_notebooks_and_runs(site, page, screenshots):
+    page.goto((site / "index.html").as_uri())
+    header = page.eval_on_selector_all(".matrix thead th a", "links => links.map(a => a.getAttribute('href'))")
+    assert header == [f"{t}.html" for t in suite.TASKS]
+    assert page.eval_on_selector_all(".matrix tbody tr", "rows => rows.map(r => r.dataset.row)") == list(suite.FRAMEWORKS)
+    records = [r for r in report.load_records(MACHINE) if r["profile"] == PROFILE]
+    assert page.locator(".matrix .status.ok").count() == sum(r["status"] == "ok" for r in records) == len(records)
+    assert page.get_attribute('tr[data-row="jax"] td[data-task="cnn_cifar10"] a', "href") == "cnn_cifar10.html#pytorch,jax"
+    page.screenshot(path=screenshots / "index.png", full_page=True)
+
+
+def test_a_misaligned_heading_stops_the_build_with_its_name(tmp_path, capsys):
+    shutil.copytree(suite.NOTEBOOKS, tmp_path / "notebooks")
+    path = tmp_path / "notebooks" / "cnn_cifar10" / "mxnet.ipynb"
+    nb = nbformat.read(path, as_version=4)
+    cell = next(c for c in nb.cells if c.cell_type == "markdown" and c.source.startswith("## Model"))
+    cell.source = cell.source.replace("## Model", "## The model", 1)
+    nbformat.write(nb, path)
+    assert build_site.main(["--results", str(MACHINE.parent), "--machine", MACHINE.name, "--out",
+                            str(tmp_path / "site"), "--notebooks", str(tmp_path / "notebooks")]) == 1
+    assert capsys.readouterr().err == (f"build_site.py: {path}: heading '## The model' (position 4) where "
+                                       f"{path.with_name('pytorch.ipynb')} has '## Model'; every notebook of a task "
+                                       "needs pytorch's headings in pytorch's order\n")
+
+
+def test_a_task_without_results_still_shows_its_notebooks(tmp_path):
+    index = build_site.build(tmp_path / "new-machine")
+    assert index == tmp_path / "new-machine" / "site" / "index.html"
+    text = (index.parent / "gru_imdb.html").read_text()
+    assert "No results for this task on <code>new-machine</code>" in text and 'data-section="Train"' in text
+    assert "No results for this machine yet" in index.read_text()
