@@ -17,7 +17,7 @@ import pytest
 
 from scripts import build_site, report, suite
 
-MACHINE = suite.ROOT / "results" / "cpu-2c-intel-xeon"      # committed results: every task at profile cpu
+MACHINE = suite.ROOT / "results" / "cpu-2c-amd-epyc"        # committed results: every task at profile cpu
 PROFILE = "cpu"
 CHROMIUM = Path("/usr/bin/chromium")
 INSTALL = ["apt-get", "install", "-y", "--no-install-recommends", "chromium", "fonts-dejavu-core"]
@@ -120,7 +120,7 @@ def test_each_page_opens_with_its_results_and_plot(site, page, task):
     rows = [r for r in report.load_rows(MACHINE) if r["task"] == task and r["profile"] == PROFILE]
     assert page.locator(".results table tbody tr").count() == len(rows)
     text = page.inner_text(".results .provenance")
-    assert "Profile cpu on cpu-2c-intel-xeon; data: synthetic" in text and "Python 3.11" in text
+    assert f"Profile cpu on {MACHINE.name}; data: synthetic" in text and "Python 3.11" in text
     assert page.eval_on_selector(".results img.plot", "img => img.complete && img.naturalWidth") > 500
 
 
