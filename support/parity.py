@@ -8,6 +8,7 @@ same function, so their timings compare like with like.
     weights, x = parity.load("cnn_cifar10")          # dict name -> float32 array, the input batch
     expected = parity.reference("cnn_cifar10", weights, x)
     error = parity.relative_error(outputs, expected)  # < 1e-4 in float32
+    extra = parity.compare("cnn_cifar10", outputs, weights, x)   # the same, printed, as record fields
 
 The weights are random (seeded, so every kernel writes the same file) and scaled so activations
 stay O(1) through the network; batch-norm running statistics are not the trivial 0 and 1, so a
@@ -282,3 +283,13 @@ def relative_error(outputs, reference) -> float:
     if outputs.shape != reference.shape:
         raise ValueError(f"outputs {outputs.shape} and reference {reference.shape} differ in shape")
     return float(np.abs(outputs - reference).max() / (np.abs(reference).max() + np.finfo(np.float64).tiny))
+
+
+def compare(task: str, outputs, weights: dict, x: np.ndarray) -> dict:
+    """A notebook's parity verdict: its outputs against `reference()`, printed in one line, and the
+    fields its record carries (`records.write(..., extra=compare(...))`)."""
+    error = relative_error(outputs, reference(task, weights, x))
+    scale = "features" if task == "resnet50_features" else "logits"
+    print(f"parity: largest deviation from the numpy reference {error:.1e} of the {scale}' scale "
+          f"({'within' if error < TOLERANCE else 'OUTSIDE'} the tolerance {TOLERANCE:g})")
+    return {"parity": {"max_rel_error": error, "outputs_shape": list(np.shape(outputs))}}

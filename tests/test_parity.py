@@ -144,3 +144,14 @@ def test_pytorch_matches_the_reference_in_float32(shared):
     error = parity.relative_error(out, expected)
     print(f"{task}: PyTorch float32 vs numpy float64 reference, relative error {error:.2e}")
     assert error < parity.TOLERANCE
+
+
+def test_compare_prints_the_verdict_and_returns_the_records_fields(shared, capsys):
+    task, weights, x, expected = shared
+    near = expected.astype(np.float32)
+    fields = parity.compare(task, near, weights, x)
+    assert fields == {"parity": {"max_rel_error": parity.relative_error(near, expected), "outputs_shape": list(near.shape)}}
+    scale = "features" if task == "resnet50_features" else "logits"
+    assert f"of the {scale}' scale (within the tolerance 0.0001)" in capsys.readouterr().out
+    assert parity.compare(task, expected + np.abs(expected).max() * 1e-3, weights, x)["parity"]["max_rel_error"] > 1e-4
+    assert "(OUTSIDE the tolerance 0.0001)" in capsys.readouterr().out
