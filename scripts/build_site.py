@@ -157,13 +157,14 @@ def index_matrix(tasks: list[str], pages: dict[str, dict]) -> list[dict]:
 
 
 def build(machine_dir: Path, out_dir: Path | None = None, profile: str | None = None,
-          notebooks: Path = suite.NOTEBOOKS) -> Path:
+          notebooks: Path = suite.NOTEBOOKS, rows: list[dict] | None = None) -> Path:
     """Write the site for one machine's results (default: <machine_dir>/site); return its index.html."""
     import jinja2
 
     machine_dir = Path(machine_dir)
     out_dir = Path(out_dir or machine_dir / "site")
-    rows = report.load_rows(machine_dir) if (machine_dir / "records").is_dir() else []
+    if rows is None:                    # the runner passes the rows report.build has just loaded
+        rows = report.load_rows(machine_dir) if (machine_dir / "records").is_dir() else []
     profile = profile or latest_profile(rows)
     render = Renderer()
     tasks = [t for t in suite.TASKS if any((notebooks / t).glob("*.ipynb"))]

@@ -240,7 +240,7 @@ def build_reader(out: Path, args, rows: list[dict]) -> bool:
     False, with the reason printed, where a notebook's headings differ from PyTorch's."""
     profile = args.profile if any(r["profile"] == args.profile for r in rows) else None
     try:
-        index = build_site.build(out, profile=profile, notebooks=args.notebooks)
+        index = build_site.build(out, profile=profile, notebooks=args.notebooks, rows=rows)
     except ValueError as err:
         print(f"the side-by-side reader was not built: {err}")
         return False
