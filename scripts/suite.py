@@ -7,6 +7,7 @@ with whatever Python 3 the user has, before any environment exists.
 from __future__ import annotations
 
 import json
+from itertools import zip_longest
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -94,11 +95,10 @@ def check_headings(task: str, notebooks: Path = NOTEBOOKS) -> list[str]:
     reference = section_headings(reference_path)
     for path in sorted((notebooks / task).glob("*.ipynb")):
         found = section_headings(path)
-        for i in range(max(len(found), len(reference))):
-            mine, theirs = (found[i] if i < len(found) else None), (reference[i] if i < len(reference) else None)
+        for i, (mine, theirs) in enumerate(zip_longest(found, reference), start=1):
             if mine == theirs:
                 continue
-            where = f"{shown(path)}: " + (f"heading {mine!r}" if mine else "no heading") + f" (position {i + 1})"
+            where = f"{shown(path)}: " + (f"heading {mine!r}" if mine else "no heading") + f" (position {i})"
             has = f"has {theirs!r}" if theirs else "has no more headings"
             raise ValueError(f"{where} where {shown(reference_path)} {has}; {rule}")
     return reference
