@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import http.client
 import importlib
 import io
 import os
 import pickle
+import shutil
 import sys
 import tarfile
 import urllib.error
@@ -32,6 +34,7 @@ from typing import Iterator
 import numpy as np
 
 from support.env import cache_dir
+from support.files import file_lock
 
 SOURCES = ("auto", "real", "synthetic")
 
@@ -79,22 +82,45 @@ def verify(path: Path, algorithm: str, expected: str) -> None:
                             f"(corrupt or truncated download): delete the file and run again to fetch it afresh")
 
 
-def download(url: str, dest: Path, algorithm: str, expected: str, timeout: float = 30) -> Path:
-    """Fetch `url` to `dest` through a temporary file, keeping it only if its checksum matches."""
+DOWNLOAD_TIMEOUT = 30   # seconds without data before a download gives up
+
+
+def download(url: str, dest: Path, algorithm: str, expected: str, timeout: float | None = None) -> Path:
+    """Fetch `url` to `dest` through a temporary file, keeping it only if its checksum matches.
+
+    A failed or cut-short transfer raises (OSError or http.client.HTTPException) and leaves no `.part`.
+    """
     dest = Path(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
     part = dest.with_name(dest.name + ".part")
     print(f"downloading {url} -> {dest}", flush=True)
-    with urllib.request.urlopen(url, timeout=timeout) as response, open(part, "wb") as f:
-        for chunk in iter(lambda: response.read(1 << 20), b""):
-            f.write(chunk)
     try:
-        verify(part, algorithm, expected)
-    except ChecksumError as err:
-        part.unlink()
-        raise ChecksumError(f"{dest}: downloaded from {url}, {str(err).split(': ', 1)[1]}") from None
-    part.replace(dest)
+        with urllib.request.urlopen(url, timeout=timeout or DOWNLOAD_TIMEOUT) as response, open(part, "wb") as f:
+            for chunk in iter(lambda: response.read(1 << 20), b""):
+                f.write(chunk)
+            if getattr(response, "length", None):   # read(n) returns b"" when the server closes early
+                raise http.client.IncompleteRead(b"", response.length)
+        try:
+            verify(part, algorithm, expected)
+        except ChecksumError as err:
+            raise ChecksumError(f"{dest}: downloaded from {url}, {str(err).split(': ', 1)[1]}") from None
+        part.replace(dest)
+    finally:
+        part.unlink(missing_ok=True)
     return dest
+
+
+def _reason(err: BaseException) -> str:
+    """Why a download failed, in one line."""
+    if isinstance(err, http.client.IncompleteRead):
+        return f"transfer cut short: the server closed the connection with {err.expected} more bytes expected"
+    if isinstance(err, urllib.error.HTTPError):
+        return f"HTTP {err.code} {err.reason}"
+    if isinstance(err, urllib.error.URLError):
+        err = err.reason if isinstance(err.reason, BaseException) else err
+    if isinstance(err, TimeoutError):
+        return f"no answer within {DOWNLOAD_TIMEOUT} s"
+    return " ".join(str(err).split()) or type(err).__name__
 
 
 def _resolve(name: str, source, cached: Path, algorithm: str | None, checksum: str | None,
@@ -116,9 +142,13 @@ def _resolve(name: str, source, cached: Path, algorithm: str | None, checksum: s
     problem = f"{name} is not in {cached}"
     if url:
         try:
-            return download(url, cached, algorithm, checksum)
-        except OSError as err:   # no network (URLError is an OSError); a ChecksumError propagates
-            problem = f"{name} could not be downloaded from {url} ({getattr(err, 'reason', err)})"
+            with file_lock(cached):     # one process downloads; the others then find its file
+                if not cached.exists():
+                    download(url, cached, algorithm, checksum)
+            return cached
+        except (OSError, http.client.HTTPException) as err:   # no network, HTTP error, timeout, cut short;
+            # a ChecksumError (a corrupt file was fetched) propagates
+            problem = f"{name} could not be downloaded from {url} to {cached} ({_reason(err)})"
     if source == "real":
         raise DataError(f"{problem}: {how_to_get}")
     print(f"NOTE: {problem}; using synthetic {name} in the same format instead ({how_to_get})")
@@ -142,13 +172,28 @@ def _synthetic_path(name: str, filename: str, **sizes) -> Path:
     return data_dir() / "synthetic" / f"{name}-{tag}" / filename
 
 
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
+
+
 def _write_once(path: Path, writer, **kwargs) -> Path:
-    """Write a synthetic file (or folder) unless it is there; atomic, so a crash leaves nothing half-written."""
-    if not path.exists():
-        tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-        tmp.parent.mkdir(parents=True, exist_ok=True)
-        writer(tmp, **kwargs)
-        tmp.replace(path)
+    """Write a synthetic file (or folder) unless it is there; atomic, so a crash leaves nothing half-written,
+    and locked, so of several processes one writes and the others wait and read its result."""
+    path = Path(path)
+    if path.exists():
+        return path
+    with file_lock(path):
+        if not path.exists():   # else another process wrote it while we waited for the lock
+            tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+            _remove(tmp)        # a leftover of a killed run that had our process id
+            try:
+                writer(tmp, **kwargs)
+                tmp.replace(path)
+            finally:
+                _remove(tmp)
     return path
 
 

@@ -1,8 +1,18 @@
 """support.data: the real on-disk formats, synthetic stand-ins, checksums and clear errors."""
 import csv
+import hashlib
+import http.server
 import io
+import multiprocessing
+import os
 import pickle
+import queue
+import shutil
 import tarfile
+import threading
+import time
+from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -99,6 +109,240 @@ def test_download_with_a_bad_checksum_leaves_nothing_and_names_file_and_url(tmp_
         D.download(source.as_uri(), dest, "sha256", D.IMDB_SHA256)
     assert str(dest) in str(err.value) and source.as_uri() in str(err.value)
     assert not dest.exists() and not list(dest.parent.glob("*.part"))
+
+
+# --- downloads over HTTP: a loopback server with injected faults -------------------------------
+
+SLOW_S = 5      # the longest a "slow" request is held back (released early when the server stops)
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    """Serves `server.routes[path] = (body, fault)`; fault None, "cut" (Content-Length larger than
+    the body, then the connection closes), "slow" (no answer for up to SLOW_S) or a delay in seconds."""
+    timeout = 5     # bounds reading a request from a client that does not send one
+
+    def do_GET(self):
+        self.server.requests.append(self.path)
+        if self.path not in self.server.routes:
+            self.send_error(404)
+            return
+        body, fault = self.server.routes[self.path]
+        if fault == "slow":
+            self.server.release.wait(SLOW_S)
+        elif isinstance(fault, (int, float)):
+            time.sleep(fault)
+        self.close_connection = True
+        try:
+            self.send_response(200)
+            self.send_header("Content-Type", "application/octet-stream")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body[:len(body) // 2] if fault == "cut" else body)
+        except OSError:      # the client gave up (timed out) first
+            pass
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def http_server():
+    """A ThreadingHTTPServer on 127.0.0.1 (a free port), stopped, with its request threads joined, at teardown."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    server.daemon_threads = False        # so server_close() joins the request threads
+    server.routes, server.requests, server.release = {}, [], threading.Event()
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.release.set()
+        server.shutdown()
+        server.server_close()
+        thread.join(10)
+
+
+DATASETS = {
+    "cifar10": SimpleNamespace(
+        name="CIFAR-10", url="CIFAR10_URL", checksum="CIFAR10_MD5", algorithm="md5",
+        folder="cifar10", filename="cifar-10-python.tar.gz",
+        write=lambda path: D.write_synthetic_cifar10(path, n_train=50, n_test=20),
+        load=lambda source: D.cifar10(source, n_train=40, n_test=20)),
+    "imdb": SimpleNamespace(
+        name="IMDB", url="IMDB_URL", checksum="IMDB_SHA256", algorithm="sha256",
+        folder="imdb", filename="imdb.npz",
+        write=lambda path: D.write_synthetic_imdb(path, n_train=30, n_test=20),
+        load=lambda source: D.imdb(source, n_train=20, n_test=10, vocab_size=1000, max_len=50)),
+}
+
+
+@pytest.fixture(scope="module")
+def real_format_files(tmp_path_factory):
+    """The bytes of each dataset's canonical file, in its real format (the synthetic writers')."""
+    folder = tmp_path_factory.mktemp("served")
+    files = {}
+    for key, spec in DATASETS.items():
+        spec.write(folder / spec.filename)
+        files[key] = (folder / spec.filename).read_bytes()
+    return files
+
+
+@pytest.fixture(params=sorted(DATASETS))
+def served(request, http_server, real_format_files, monkeypatch):
+    """One dataset's loader pointed at the loopback server (its URL and checksum), with no cached copy."""
+    spec = DATASETS[request.param]
+    body = real_format_files[request.param]
+    route = "/" + spec.filename
+    url = f"http://127.0.0.1:{http_server.server_address[1]}{route}"
+    monkeypatch.setattr(D, spec.url, url)
+    monkeypatch.setattr(D, spec.checksum, hashlib.new(spec.algorithm, body).hexdigest())
+    folder = D.data_dir() / spec.folder
+    shutil.rmtree(folder, ignore_errors=True)
+    http_server.routes[route] = (body, None)
+
+    def fault(kind):
+        if kind == "404":
+            del http_server.routes[route]
+        else:
+            http_server.routes[route] = (body, kind)
+
+    yield SimpleNamespace(spec=spec, body=body, url=url, route=route, cached=folder / spec.filename,
+                          server=http_server, fault=fault)
+    shutil.rmtree(folder, ignore_errors=True)     # leave no "real" data for the other tests
+
+
+def leftovers(cached: Path) -> list:
+    return sorted(p.name for p in cached.parent.glob("*.part")) if cached.parent.exists() else []
+
+
+def test_download_over_http_is_cached_checked_and_read_as_real(served):
+    first = served.spec.load("real")
+    assert first.kind == "real" and first.source == str(served.cached)
+    assert served.cached.read_bytes() == served.body and not leftovers(served.cached)
+    assert served.server.requests == [served.route]
+    again = served.spec.load("auto")          # from the cache, checksummed, without a request
+    assert again.kind == "real" and again.source == str(served.cached)
+    assert served.server.requests == [served.route]
+    np.testing.assert_array_equal(again.x_train, first.x_train)
+
+
+@pytest.mark.parametrize("source", ["real", "auto"])
+def test_download_with_a_wrong_checksum_is_deleted_and_a_hard_error(served, source):
+    corrupt = bytearray(served.body)
+    corrupt[len(corrupt) // 2] ^= 0xFF
+    served.server.routes[served.route] = (bytes(corrupt), None)
+    with pytest.raises(D.ChecksumError) as err:
+        served.spec.load(source)
+    message = str(err.value)
+    assert "\n" not in message and str(served.cached) in message and served.url in message
+    assert not served.cached.exists() and not leftovers(served.cached)
+
+
+FAULTS = {"cut": "transfer cut short", "404": "HTTP 404", "slow": "no answer within 0.3 s"}
+
+
+@pytest.mark.parametrize("fault", sorted(FAULTS))
+def test_failed_download_under_real_is_one_clear_line(served, fault, monkeypatch):
+    monkeypatch.setattr(D, "DOWNLOAD_TIMEOUT", 0.3)
+    served.fault(fault)
+    start = time.monotonic()
+    with pytest.raises(D.DataError) as err:
+        served.spec.load("real")
+    assert time.monotonic() - start < SLOW_S
+    assert type(err.value) is D.DataError            # not a ChecksumError, nor a raw urllib/http.client one
+    assert err.value.__context__ is None and err.value.__cause__ is None   # no chained traceback
+    message = str(err.value)
+    assert "\n" not in message and FAULTS[fault] in message
+    assert served.url in message and str(served.cached) in message
+    assert f"download {served.url} into {served.cached.parent}" in message      # the fix
+    assert not served.cached.exists() and not leftovers(served.cached)
+
+
+@pytest.mark.parametrize("fault", sorted(FAULTS))
+def test_failed_download_under_auto_falls_back_to_synthetic(served, fault, monkeypatch, capsys):
+    monkeypatch.setattr(D, "DOWNLOAD_TIMEOUT", 0.3)
+    served.fault(fault)
+    ds = served.spec.load("auto")
+    assert ds.kind == "synthetic"
+    out = capsys.readouterr().out
+    assert f"NOTE: {served.spec.name} could not be downloaded from {served.url}" in out and FAULTS[fault] in out
+    assert not served.cached.exists() and not leftovers(served.cached)
+
+
+# --- several processes sharing the cache ------------------------------------------------------
+
+def _slow_folder_writer(root: Path, markers: Path) -> None:
+    """A synthetic writer that makes a folder of files slowly, and leaves a marker for each run."""
+    root.mkdir()
+    (markers / f"run-{os.getpid()}").touch()
+    (root / "a.txt").write_text("a")
+    time.sleep(1)
+    (root / "b.txt").write_text("b")
+
+
+def _write_once_in_a_process(barrier, results, target: str, markers: str) -> None:
+    barrier.wait(10)
+    path = D._write_once(Path(target), _slow_folder_writer, markers=Path(markers))
+    results.put((os.getpid(), sorted(p.name for p in path.iterdir())))
+
+
+def _load_in_a_process(barrier, results, key: str) -> None:
+    barrier.wait(10)
+    ds = DATASETS[key].load("real")
+    results.put((os.getpid(), (ds.kind, ds.source)))
+
+
+def _race(target, *args, n: int = 2) -> list:
+    """Run `target(barrier, results, *args)` in n forked processes at once; their results."""
+    ctx = multiprocessing.get_context("fork")
+    barrier, results = ctx.Barrier(n), ctx.Queue()
+    procs = [ctx.Process(target=target, args=(barrier, results, *args)) for _ in range(n)]
+    for p in procs:
+        p.start()
+    got, deadline = [], time.monotonic() + 30
+    try:
+        while len(got) < n and time.monotonic() < deadline:
+            try:
+                got.append(results.get(timeout=0.1))
+            except queue.Empty:
+                if not any(p.is_alive() for p in procs) and results.empty():
+                    break       # one failed: its traceback is in the captured stderr
+    finally:
+        for p in procs:
+            p.join(10)
+            if p.is_alive():
+                p.terminate()
+                p.join(5)
+    assert [p.exitcode for p in procs] == [0] * n and len(got) == n
+    return [value for _, value in got]
+
+
+def test_two_processes_writing_the_same_synthetic_folder_write_it_once(tmp_path):
+    target, markers = tmp_path / "synthetic" / "root", tmp_path / "markers"
+    markers.mkdir()
+    listings = _race(_write_once_in_a_process, str(target), str(markers))
+    assert listings == [["a.txt", "b.txt"]] * 2
+    assert len(list(markers.iterdir())) == 1                                   # the writer ran once
+    assert sorted(p.name for p in target.parent.iterdir()) == ["root", "root.lock"]   # no temp folders left
+
+
+def test_a_failed_writer_leaves_no_temp_file(tmp_path):
+    def broken(path):
+        path.write_bytes(b"half")
+        raise RuntimeError("writer failed")
+
+    with pytest.raises(RuntimeError):
+        D._write_once(tmp_path / "f.npz", broken)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["f.npz.lock"]
+
+
+def test_two_processes_downloading_the_same_file_fetch_it_once(served):
+    served.server.routes[served.route] = (served.body, 0.5)    # slow enough for the two to overlap
+    key = next(k for k, spec in DATASETS.items() if spec is served.spec)
+    results = _race(_load_in_a_process, key)
+    assert results == [("real", str(served.cached))] * 2
+    assert served.server.requests == [served.route]
+    assert not leftovers(served.cached)
 
 
 # --- IMDB -------------------------------------------------------------------------------------

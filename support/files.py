@@ -1,0 +1,71 @@
+"""Files that are whole or absent: every file the notebooks, runner and report write goes through here.
+
+`file_lock(path)` holds an exclusive lock (an flock on `<name>.lock` beside it) so that two
+processes, say two notebooks run at once, never write the same file or folder together.
+`atomic_write(path, text_or_bytes)` writes a temporary file beside `path` (`.<name>.<pid>.tmp`,
+ignored by git), flushes and fsyncs it, renames it over `path` and fsyncs the folder, so a crash
+or a power cut leaves the old file or the new one, never half of either. `replacing(path)` does
+the same for writers that want a path of their own (matplotlib's savefig, csv). Standard library only.
+"""
+from __future__ import annotations
+
+import os
+from contextlib import contextmanager
+
+try:
+    import fcntl
+except ImportError:     # Windows: no flock, and no second runner to guard against there
+    fcntl = None
+from pathlib import Path
+
+
+def temporary_name(path: Path) -> Path:
+    """The temporary file beside `path` that this process writes before renaming it into place."""
+    return path.with_name(f".{path.name}.{os.getpid()}.tmp")
+
+
+def _fsync_folder(folder: Path) -> None:
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@contextmanager
+def replacing(path):
+    """Yield a temporary path to write; on success it is fsynced and renamed over `path`, on an
+    exception it is removed and `path` is left as it was."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = temporary_name(path)
+    try:
+        yield tmp
+        with open(tmp, "rb+") as f:
+            os.fsync(f.fileno())
+        tmp.replace(path)
+        _fsync_folder(path.parent)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def atomic_write(path, content: str | bytes) -> None:
+    """Write `content` (text as UTF-8) to `path` atomically."""
+    with replacing(path) as tmp:
+        tmp.write_bytes(content.encode("utf-8") if isinstance(content, str) else content)
+
+
+@contextmanager
+def file_lock(path):
+    """Hold an exclusive lock on `path` (a sibling `<name>.lock` file, left in place: deleting it
+    would reopen the race) against other processes, until the block ends."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_name(path.name + ".lock"), "a") as f:
+        if fcntl is not None:
+            fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            if fcntl is not None:
+                fcntl.flock(f, fcntl.LOCK_UN)
