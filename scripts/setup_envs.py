@@ -8,15 +8,18 @@
 
 Each environment is a virtual environment in `.venvs/<name>` made with Python 3.11 and
 installed from the exact pins in `requirements/<name>.txt` (plus
-`requirements/<name>-constraints.txt` for build-time pins, where it exists). A stamp file
-holds a hash of what it was built from, so a second call costs a second. Both kernels are
+`requirements/<name>-constraints.txt` for build-time pins, where it exists, after the user's
+own pip constraints). A stamp file holds a hash of what it was built from and where, so a
+second call costs a second and a moved or copied checkout gets rebuilt. Both kernels are
 registered in the modern environment's prefix, where the runner's Jupyter finds them, and
-the repository root is put on each environment's path so that notebooks `import support`.
+the repository root is put on each environment's path (relative to it) so that notebooks
+`import support`.
 Runs with any Python 3; needs Python 3.11 (MXNet and Chainer break on 3.12).
 """
 from __future__ import annotations
 
 import argparse
+import ast
 import hashlib
 import os
 import shutil
@@ -31,7 +34,7 @@ import suite  # noqa: E402
 
 PYTHON_VERSION = (3, 11)
 STAMP = ".dlr-stamp"
-BUILD_VERSION = 1   # bump when build() changes how an environment is made, to rebuild existing ones
+BUILD_VERSION = 2   # bump when build() changes how an environment is made, to rebuild existing ones
 
 
 def find_python() -> str:
@@ -52,17 +55,39 @@ def find_python() -> str:
              "or set DLR_PYTHON to a python3.11 binary.")
 
 
-def pip_environ(env: str) -> dict:
-    """pip's environment: build-time constraints for this environment, where it has them."""
+def user_constraints(python) -> list[str]:
+    """The constraints pip would use without us: $PIP_CONSTRAINT, else the `constraint` of pip's config."""
+    if os.environ.get("PIP_CONSTRAINT"):
+        return os.environ["PIP_CONSTRAINT"].split()
+    cmd = [str(python), "-m", "pip", "config", "list"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, PIP_DISABLE_PIP_VERSION_CHECK="1"))
+    if proc.returncode:
+        why = (proc.stderr.strip().splitlines() or [f"exit status {proc.returncode}"])[-1]
+        sys.exit(f"setup_envs.py: `{' '.join(cmd)}` failed ({why}): fix pip's configuration, "
+                 "or give your pip constraints in PIP_CONSTRAINT.")
+    config = {}
+    for line in proc.stdout.splitlines():     # `section.key='value'`, the value as Python's repr
+        key, _, value = line.partition("=")
+        if key.endswith(".constraint"):
+            config[key[:-len(".constraint")]] = ast.literal_eval(value)
+    # `pip install` takes [install] over [global]; the environment (:env:) over both
+    value = next((config[section] for section in (":env:", "install", "global") if config.get(section)), "")
+    return value.split()
+
+
+def pip_environ(env: str, python) -> dict:
+    """pip's environment: this environment's build-time constraints, after the user's own (`python` has pip)."""
     environ = dict(os.environ, PIP_DISABLE_PIP_VERSION_CHECK="1")
     constraints = suite.REQUIREMENTS / f"{env}-constraints.txt"
     if constraints.exists():
-        environ["PIP_CONSTRAINT"] = str(constraints)
+        # PIP_CONSTRAINT replaces the constraints of pip's config, and pip splits it on whitespace
+        ours = constraints.as_uri() if any(c.isspace() for c in str(constraints)) else str(constraints)
+        environ["PIP_CONSTRAINT"] = " ".join(user_constraints(python) + [ours])
     return environ
 
 
 def fingerprint(python: str, env: str) -> str:
-    """A hash of what the environment is built from: the interpreter's version and the pin files."""
+    """A hash of what the environment is built from and where: the interpreter, the pin files, its path."""
     version = subprocess.run([python, "-c", "import sys; print(sys.version)"], capture_output=True, text=True,
                              check=True).stdout
     h = hashlib.sha256(version.encode())
@@ -71,6 +96,7 @@ def fingerprint(python: str, env: str) -> str:
         if path.exists():
             h.update(path.read_bytes())
     h.update(str(BUILD_VERSION).encode())
+    h.update(str(suite.VENVS / env).encode())    # scripts' shebangs hold it: a moved environment is rebuilt
     return h.hexdigest()
 
 
@@ -79,9 +105,36 @@ def run(cmd: list, **kwargs) -> None:
     subprocess.run(list(map(str, cmd)), check=True, **kwargs)
 
 
+def write_stamp(python: str, env: str) -> None:
+    """The fingerprint, then the environment's path in clear (to say where a moved one came from)."""
+    (suite.VENVS / env / STAMP).write_text(f"{fingerprint(python, env)}\n{suite.VENVS / env}\n")
+
+
+def moved_from(env: str) -> Path | None:
+    """Where the environment was built, if its stamp names another place (a moved or copied checkout)."""
+    stamp = suite.VENVS / env / STAMP
+    lines = stamp.read_text().splitlines() if stamp.exists() else []
+    return Path(lines[1]) if len(lines) > 1 and Path(lines[1]) != suite.VENVS / env else None
+
+
 def up_to_date(python: str, env: str) -> bool:
     stamp = suite.VENVS / env / STAMP
-    return stamp.exists() and stamp.read_text() == fingerprint(python, env) and suite.venv_python(env).exists()
+    return (stamp.exists() and stamp.read_text().split("\n")[0] == fingerprint(python, env)
+            and suite.venv_python(env).exists())
+
+
+def site_packages(env: str) -> str:
+    return subprocess.run([suite.venv_python(env), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+
+
+def write_path_file(env: str) -> Path:
+    """Put the checkout on the environment's path: a `.pth` line relative to site-packages, which
+    `site` resolves against that folder, so a moved or copied checkout imports its own `support`."""
+    site = site_packages(env)
+    path = Path(site, "dlrosetta.pth")
+    path.write_text(os.path.relpath(suite.ROOT, site) + "\n")
+    return path
 
 
 def build(python: str, env: str, force: bool) -> None:
@@ -90,14 +143,15 @@ def build(python: str, env: str, force: bool) -> None:
         print(f"{env}: up to date ({venv})")
         return
     start = time.time()
+    moved = moved_from(env)
+    if moved:
+        print(f"{env}: moved from {moved} to {venv}; rebuilding it (its scripts name the old path)", flush=True)
     print(f"{env}: building {venv} from requirements/{env}.txt", flush=True)
     run([python, "-m", "venv", "--clear", venv])
     run([suite.venv_python(env), "-m", "pip", "install", "--quiet", "-r",
-         suite.REQUIREMENTS / f"{env}.txt"], env=pip_environ(env))
-    site = subprocess.run([suite.venv_python(env), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                          capture_output=True, text=True, check=True).stdout.strip()
-    Path(site, "dlrosetta.pth").write_text(str(suite.ROOT) + "\n")
-    (venv / STAMP).write_text(fingerprint(python, env))
+         suite.REQUIREMENTS / f"{env}.txt"], env=pip_environ(env, suite.venv_python(env)))
+    write_path_file(env)
+    write_stamp(python, env)
     print(f"{env}: built in {time.time() - start:.0f} s")
 
 
@@ -118,7 +172,7 @@ def lock(python: str, env: str) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         run([python, "-m", "venv", tmp])
         pip = [Path(tmp, "bin", "python"), "-m", "pip"]
-        run(pip + ["install", "--quiet", "-r", suite.REQUIREMENTS / f"{env}.in"], env=pip_environ(env))
+        run(pip + ["install", "--quiet", "-r", suite.REQUIREMENTS / f"{env}.in"], env=pip_environ(env, pip[0]))
         frozen = subprocess.run(list(map(str, pip + ["freeze", "--all", "--exclude", "pip"])),
                                 capture_output=True, text=True, check=True).stdout
     header = (f"# Exact pins of the `{env}` environment ({suite.ENVIRONMENTS[env]}).\n"
