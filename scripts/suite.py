@@ -1,16 +1,22 @@
 """What the suite is made of: environments (Jupyter kernels), frameworks, tasks and variants.
 
-The one place that says which kernel runs which notebook and which notebooks run more than
-once (a papermill parameter per variant). Standard library only: `setup_envs.py` imports it
-with whatever Python 3 the user has, before any environment exists.
+The one place that says which kernel runs which notebook, which notebooks run more than once
+(a papermill parameter per variant), and how to ask each framework whether it sees a GPU.
+The tasks themselves are defined in `support/tasks.py`. Standard library only: `setup_envs.py`
+imports it with whatever Python 3 the user has, before any environment exists.
 """
 from __future__ import annotations
 
 import json
+import sys
 from itertools import zip_longest
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+from support import tasks  # noqa: E402  (standard library only)
+
 NOTEBOOKS = ROOT / "notebooks"
 VENVS = ROOT / ".venvs"
 REQUIREMENTS = ROOT / "requirements"
@@ -32,17 +38,46 @@ FRAMEWORKS = {
     "chainer": "legacy",
 }
 
-TASKS = ("cnn_cifar10", "densenet_chestxray", "resnet50_features", "gru_imdb")
-
-PROFILES = ("full", "cpu", "tiny")
+TASKS = tasks.NAMES
+PROFILES = tasks.PROFILES
 
 # Notebooks that run more than once: (task or "*", framework or "*") -> (parameter, values).
 # The runner passes each value as that papermill parameter and records it as the variant.
+# A framework's own variants come first; a task's modes (support.tasks) last: labels read 'jax-ram'.
 VARIANTS = {
     ("*", "keras"): ("backend", ("tensorflow", "jax", "torch")),
     ("cnn_cifar10", "mxnet"): ("api", ("gluon", "module")),       # Gluon and the symbolic Module API
-    ("densenet_chestxray", "*"): ("mode", ("loader", "ram")),   # last: labels read 'jax-ram'
+    **{(name, "*"): ("mode", task.modes) for name, task in tasks.TASKS.items() if task.modes},
 }
+FRAMEWORK_PARAMETERS = {name for (_, f), (name, _) in VARIANTS.items() if f != "*"}   # backend, api
+
+# Does a framework's installed build see a GPU? Python run in its kernel's environment, printing
+# True or False; Keras asks its backend's framework. On a GPU machine `--profile auto` gives a
+# notebook `full` only where its framework says True, and says how to get the GPU build otherwise.
+GPU_PROBES = {
+    "pytorch": "import torch; print(torch.cuda.is_available())",
+    "tensorflow": "import tensorflow as tf; print(bool(tf.config.list_physical_devices('GPU')))",
+    "jax": "import jax; print(any(d.platform == 'gpu' for d in jax.devices()))",
+    "mxnet": "import mxnet as mx; print(mx.context.num_gpus() > 0)",
+    "chainer": "import chainer; print(chainer.backends.cuda.available)",
+}
+KERAS_BACKENDS = {"tensorflow": "tensorflow", "jax": "jax", "torch": "pytorch"}   # backend -> GPU_PROBES key
+GPU_BUILDS = {
+    "pytorch": "the pinned torch wheel carries CUDA: check the NVIDIA driver (torch.cuda.is_available() is False)",
+    "tensorflow": "requirements/modern.in pins tensorflow-cpu: swap it for tensorflow[and-cuda] of the same version "
+                  "and run `python3 scripts/setup_envs.py --lock modern`",
+    "jax": "requirements/modern.in pins CPU jax: add jax[cuda13] of the same version and run "
+           "`python3 scripts/setup_envs.py --lock modern`",
+    "mxnet": "requirements/legacy.in pins CPU mxnet: swap it for mxnet-cu112==1.9.1 and run "
+             "`python3 scripts/setup_envs.py --lock legacy`",
+    "chainer": "add the cupy wheel for your CUDA (e.g. cupy-cuda11x) to requirements/legacy.in and run "
+               "`python3 scripts/setup_envs.py --lock legacy`",
+}
+
+
+def gpu_probe_key(framework: str, parameters: dict) -> str:
+    """The GPU_PROBES entry that decides for one run: Keras asks its backend's framework."""
+    return KERAS_BACKENDS[parameters["backend"]] if framework == "keras" else framework
 
 
 def kernel_name(env: str) -> str:

@@ -1,7 +1,8 @@
 """Shared, framework-neutral helpers for the DL Rosetta notebooks.
 
-Only what a reader did not come to learn lives here: parameters (`params`), data (`data`),
-timing (`timing`), result records (`records`) and the environment (`env`). Every line of
+Only what a reader did not come to learn lives here: the tasks (`tasks`), parameters (`params`),
+data (`data`), timing (`timing`), result records (`records`), the environment (`env`), whole
+files and locks (`files`), and the parity weights and reference (`parity`). Every line of
 model, loss, optimiser, training loop and device handling stays in the notebooks.
 numpy and the standard library only, so the same code runs in every kernel (numpy 2.x and
 numpy 1.23 alike).

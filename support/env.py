@@ -2,6 +2,8 @@
 
 `describe()` gathers what every record carries (Python, numpy, OS, CPU, git commit, date)
 plus what the notebook passes about its framework; `machine_name()` names the results folder.
+Standard library at import time (numpy is imported by `describe()` alone), so that
+`support.tasks` can be read before any environment exists.
 """
 from __future__ import annotations
 
@@ -14,9 +16,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
-
 ROOT = Path(__file__).resolve().parent.parent
+# What a result is made from: a change here marks a record's commit `-dirty`; the README, results/
+# and other files the runner writes do not.
+SOURCES = ("notebooks", "support", "scripts", "requirements")
 
 
 def cache_dir() -> Path:
@@ -48,14 +51,27 @@ def use_project_cache() -> None:
         os.environ.setdefault(key, value)
 
 
-def cpu_model() -> str:
+def _cpuinfo() -> dict:
+    """The first processor's fields in /proc/cpuinfo ({} where there is none)."""
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
+        text = Path("/proc/cpuinfo").read_text()
     except OSError:
-        pass
-    return platform.processor() or platform.machine()
+        return {}
+    fields = {}
+    for line in text.split("\n\n", 1)[0].splitlines():
+        key, _, value = line.partition(":")
+        fields[key.strip()] = value.strip()
+    return fields
+
+
+def cpu_model() -> str:
+    """The CPU's model name; where a virtual machine hides the model number ('AMD EPYC'), the
+    family, model and stepping numbers follow it, which tell CPU generations apart."""
+    info = _cpuinfo()
+    name = info.get("model name") or platform.processor() or platform.machine()
+    if not re.search(r"\d", re.sub(r"\d+-core|@.*", "", name)) and info.get("cpu family"):
+        name += f" (family {info['cpu family']}, model {info.get('model', '?')}, stepping {info.get('stepping', '?')})"
+    return name
 
 
 def gpu_names() -> list[str]:
@@ -71,23 +87,27 @@ def gpu_names() -> list[str]:
 
 
 def _slug(text: str) -> str:
-    text = re.sub(r"\((r|tm)\)|cpu|processor|@.*|\d+-core", "", text.lower())
+    text = re.sub(r"\((r|tm)\)|\bcpu\b|processor|@.*|\d+-core", "", text.lower())
+    text = re.sub(r"\bfamily (\d+), model (\d+), stepping (\d+)", r"f\1m\2s\3", text)
     return re.sub(r"[^a-z0-9]+", "-", text).strip("-")
 
 
 def machine_name() -> str:
-    """A folder name for this machine's results, e.g. `nvidia-h100-x1` or `cpu-2c-intel-xeon-platinum-8488c`."""
+    """A folder name for this machine's results: the GPUs' model and count where there are GPUs,
+    then the cores and the CPU model, e.g. `cpu-2c-intel-xeon-platinum-8488c`,
+    `cpu-2c-amd-epyc-f26m2s1` (a VM that hides the model number) or `nvidia-h100-x1-cpu-16c-...`."""
+    host = f"cpu-{os.cpu_count()}c-{_slug(cpu_model())}"
     gpus = gpu_names()
-    if gpus:
-        return f"{_slug(gpus[0])}-x{len(gpus)}"
-    return f"cpu-{os.cpu_count()}c-{_slug(cpu_model())}"
+    return f"{_slug(gpus[0])}-x{len(gpus)}-{host}" if gpus else host
 
 
-def git_commit() -> str:
+def git_commit(root: Path = ROOT) -> str:
+    """The checkout's commit, with `-dirty` where the project's SOURCES (tracked, or new and not
+    ignored) differ from it; 'unknown' outside a git checkout."""
     try:
-        commit = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=ROOT,
+        commit = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=root,
                                 capture_output=True, text=True, timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", *SOURCES], cwd=root,
                                capture_output=True, text=True, timeout=10).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return "unknown"
@@ -96,6 +116,8 @@ def git_commit() -> str:
 
 def describe(framework: str, version: str, device: str, threads: int | None = None, **extra) -> dict:
     """Everything a record says about where it was measured; `extra` takes e.g. cuda, cudnn (None: left out)."""
+    import numpy as np
+
     info = {
         "framework": framework,
         "framework_version": version,
