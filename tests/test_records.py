@@ -33,10 +33,11 @@ def test_write_without_a_path_only_prints(tmp_path, capsys):
 
 @pytest.mark.parametrize("change, message", [
     (dict(metrics={}), "metrics\\['accuracy'\\]"),
-    (dict(data="fake"), "data 'fake'"),
+    (dict(data="fake"), 'data is str "fake", not one of real, synthetic'),
     (dict(n_parameters=0), "n_parameters"),
     (dict(task="nope"), "unknown task"),
-    (dict(extra={"parity": {"max_rel_error": float("nan")}}), "parity .* needs max_rel_error"),
+    (dict(extra={"parity": {"max_rel_error": float("nan")}}), "parity is dict .* max_rel_error a finite number"),
+    (dict(extra={"compile_s": "12 s"}), 'compile_s is str "12 s", not a number >= 0'),
 ])
 def test_bad_records_are_refused_with_the_reason(tmp_path, change, message):
     with pytest.raises(records.RecordError, match=message):
@@ -44,7 +45,8 @@ def test_bad_records_are_refused_with_the_reason(tmp_path, change, message):
 
 
 def test_failed_records_must_carry_their_error(tmp_path):
-    base = {k: None for k in records.REQUIRED} | {"schema": 1, "task": "gru_imdb", "status": "failed"}
+    base = {"schema": 1, "task": "gru_imdb", "framework": "jax", "variant": "", "status": "failed", "profile": "tiny",
+            "data": None, "params": {}, "timing": {}, "metrics": {}, "n_parameters": None, "environment": {}}
     with pytest.raises(records.RecordError, match="must say its error"):
         records.validate(base)
     assert records.validate(base | {"error": "ValueError: boom"})["status"] == "failed"
@@ -55,3 +57,46 @@ def test_reading_garbage_names_the_file(tmp_path):
     path.write_text("{not json")
     with pytest.raises(records.RecordError, match="x.json"):
         records.read(path)
+
+
+# Every way a record on disk can be malformed: the file's content, and the one line that must name it.
+MALFORMED = {
+    "not_json": ("{not json", "not JSON"),
+    "a_list": ("[1, 2]", "a record is a JSON object, not list"),
+    "missing_keys": ('{"schema": 1, "task": "cnn_cifar10"}', "record lacks framework, variant"),
+    "timing_a_string": (None, 'timing is str "fast", not an object'),
+    "median_a_string": (None, "timing median '3' is not a positive number"),
+    "laps_with_null": (None, "timing.laps_s is list [null], not a list of numbers"),
+    "nan_metric": (None, "records need metrics['accuracy'] as a number"),
+    "environment_date_a_number": (None, "environment.date is int 20261123, not a string"),
+    "bool_parameters": (None, "n_parameters is bool true, not an integer"),
+    "binary": (b"\xff\xfe\x00", "not UTF-8 text"),
+}
+
+
+def malformed(tmp_path, name):
+    """A record file broken in the named way (a good record changed in one field, or raw bytes)."""
+    text, _ = MALFORMED[name]
+    path = tmp_path / f"{name}.json"
+    if text is not None:
+        path.write_bytes(text if isinstance(text, bytes) else text.encode())
+        return path
+    _, record = good_record(tmp_path)
+    change = {"timing_a_string": lambda r: r.update(timing="fast"),
+              "median_a_string": lambda r: r["timing"].update(median_s="3"),
+              "laps_with_null": lambda r: r["timing"].update(laps_s=[None]),
+              "nan_metric": lambda r: r["metrics"].update(accuracy=float("nan")),
+              "environment_date_a_number": lambda r: r["environment"].update(date=20261123),
+              "bool_parameters": lambda r: r.update(n_parameters=True)}[name]
+    change(record)
+    path.write_text(json.dumps(record))
+    return path
+
+
+@pytest.mark.parametrize("name", MALFORMED)
+def test_a_malformed_record_is_one_line_naming_the_file_and_the_field(tmp_path, name):
+    path = malformed(tmp_path, name)
+    with pytest.raises(records.RecordError) as err:
+        records.read(path)
+    message = str(err.value)
+    assert message.startswith(f"{path}: ") and MALFORMED[name][1] in message and "\n" not in message
