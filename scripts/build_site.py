@@ -20,13 +20,13 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import shutil
 import sys
 from pathlib import Path
 from urllib.parse import quote
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from scripts import report, suite  # noqa: E402
+from support.files import atomic_write  # noqa: E402
 
 TEMPLATES = Path(__file__).resolve().parent / "site_templates"
 LABELS = {"pytorch": "PyTorch", "tensorflow": "TensorFlow", "keras": "Keras 3", "jax": "JAX + Flax",
@@ -175,16 +175,15 @@ def build(machine_dir: Path, out_dir: Path | None = None, profile: str | None = 
     out_dir.mkdir(parents=True, exist_ok=True)
     results_md = machine_dir / "results.md"
     profile_rows = [r for r in rows if r["profile"] == profile]
-    (out_dir / "index.html").write_text(environment.get_template("index.html").render(
+    atomic_write(out_dir / "index.html", environment.get_template("index.html").render(
         common, matrix=index_matrix(tasks, pages), page="index",
         provenance=render.markdown(report.provenance(profile_rows, machine_dir.name)) if profile_rows else "",
-        results_md=href(results_md, out_dir) if results_md.exists() else None), encoding="utf-8")
+        results_md=href(results_md, out_dir) if results_md.exists() else None))
     for task, page in pages.items():
-        html = environment.get_template("task.html").render(common, **page, page=task)
-        (out_dir / f"{task}.html").write_text(html, encoding="utf-8")
+        atomic_write(out_dir / f"{task}.html", environment.get_template("task.html").render(common, **page, page=task))
     css = (TEMPLATES / "site.css").read_text() + f"\n/* Pygments, style '{PYGMENTS_STYLE}' */\n" + render.css() + "\n"
-    (out_dir / "site.css").write_text(css, encoding="utf-8")
-    shutil.copyfile(TEMPLATES / "site.js", out_dir / "site.js")
+    atomic_write(out_dir / "site.css", css)
+    atomic_write(out_dir / "site.js", (TEMPLATES / "site.js").read_bytes())
     return out_dir / "index.html"
 
 
