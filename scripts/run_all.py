@@ -3,38 +3,53 @@
 
     python scripts/run_all.py                          # the whole suite at this machine's profile
     python scripts/run_all.py --task cnn_cifar10 --framework pytorch --profile tiny
-    python scripts/run_all.py --resume                 # skip what already has an ok record
+    python scripts/run_all.py --resume                 # skip what has an ok record made from the same inputs
+    python scripts/run_all.py --data ~/datasets        # a folder holding cifar-10-python.tar.gz, imdb.npz, chestxray14/
     python scripts/run_all.py --profile tiny --parity  # also check every model against the numpy reference
+    python scripts/run_all.py --profile tiny --jobs 2  # smoke runs two at a time (recorded as not timed)
     python scripts/run_all.py --report-only            # rebuild tables, plots, README and reader only
 
-The pipeline: pick the notebooks (task x framework x variant) -> run each with papermill in
-its kernel, one at a time so that timings never share the machine, passing the profile, the
-data source and a record path as parameters -> each notebook writes one JSON record -> a
-notebook that raises, times out or kills its kernel gets a failed record with its error, and
-the suite goes on -> `report.build` writes results.csv, results.md, plots and the README table
--> `build_site.build` writes the side-by-side reader (site/index.html and a page per task).
+The pipeline: pick the notebooks (task x framework x variant) and each one's profile -> run
+each with papermill in its kernel, one at a time so that timings never share the machine,
+passing only the parameters the notebook declares -> each notebook writes one JSON record into
+a staging folder -> when the run has ended its record, executed notebook and log replace the
+previous ones together (an interrupted run leaves the previous ones untouched); a notebook that
+raises, times out or kills its kernel gets a failed record with its error, and the suite goes on
+-> `report.build` writes results.csv, results.md, plots and the README table -> `build_site.build`
+writes the side-by-side reader (site/index.html and a page per task).
 
 Everything lands in results/<machine>/: records/<profile>/, executed/<profile>/ (the notebooks
-with their outputs), logs/<profile>/, results.csv, results.md, plots/, site/.
+with their outputs), logs/<profile>/, results.csv, results.md, plots/, site/. One runner at a
+time holds a results folder (a lock file, .runner.lock): a second one stops with an error.
 """
 from __future__ import annotations
 
 import argparse
+import fcntl
+import hashlib
 import json
 import os
+import shutil
+import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
-from dataclasses import dataclass
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from scripts import build_site, report, suite  # noqa: E402
-from support import env  # noqa: E402
-from support.parity import TASKS as PARITY_TASKS  # noqa: E402
+from support import env, tasks  # noqa: E402
+from support.data import SOURCES as DATA_WORDS  # noqa: E402
 from support.records import SCHEMA, RecordError, atomic_write_json, read  # noqa: E402
 
 DEFAULT_TIMEOUT = {"tiny": 600, "cpu": 1800, "full": 6 * 3600}
+LOCK_NAME = ".runner.lock"
+STAGING = ".staging"       # results/<machine>/.staging/<profile>/<key>/: a run in progress
 
 
 @dataclass
@@ -43,6 +58,8 @@ class Job:
     framework: str
     parameters: dict        # the variant's papermill parameters, e.g. {"backend": "jax"}
     notebook: Path
+    profile: str = ""       # resolved for this notebook: see resolve_profiles()
+    data: str | None = None  # what its `data` parameter gets, for tasks that have one
 
     @property
     def variant(self) -> str:
@@ -56,6 +73,18 @@ class Job:
     def title(self) -> str:
         return f"{self.task}/{self.framework}" + (f" ({self.variant})" if self.variant else "")
 
+    @property
+    def environment(self) -> str:
+        return suite.FRAMEWORKS[self.framework]
+
+    def paths(self, out: Path) -> dict[str, Path]:
+        """Where the run's record, executed notebook and log end up, and its staging folder."""
+        name = f"{self.framework}{'-' + self.variant if self.variant else ''}.ipynb"
+        return {"record": out / "records" / self.profile / f"{self.key}.json",
+                "executed": out / "executed" / self.profile / self.task / name,
+                "log": out / "logs" / self.profile / f"{self.key}.log",
+                "staging": out / STAGING / self.profile / self.key}
+
 
 def split_names(values: list[str] | None, valid, what: str, parser) -> list[str]:
     """Comma-separated or repeated names, checked against `valid` with a one-line error."""
@@ -66,6 +95,26 @@ def split_names(values: list[str] | None, valid, what: str, parser) -> list[str]
     return names or list(valid)
 
 
+def parse_data(values: list[str] | None, parser) -> dict[str, str]:
+    """--data as {task: value} for every task whose notebooks take `data`: a word (auto, real,
+    synthetic), a path (the dataset's file, or a folder holding the datasets' files), or TASK=PATH."""
+    takes_data = [name for name, task in tasks.TASKS.items() if "data" in task.parameters]
+    how = (f"give {', '.join(DATA_WORDS)}, a folder holding the datasets (cifar-10-python.tar.gz, imdb.npz, "
+           f"chestxray14/), or TASK=PATH for one task ({', '.join(takes_data)})")
+    chosen = dict.fromkeys(takes_data, "auto")
+    for item in (i for v in values or [] for i in v.split(",") if i):
+        name, _, value = item.partition("=") if item.split("=", 1)[0] in tasks.TASKS else ("", "", item)
+        if name and name not in takes_data:
+            parser.exit(2, f"run_all.py: --data {item}: the {name} notebooks read no dataset; {how}\n")
+        if value not in DATA_WORDS:
+            path = Path(value).expanduser()
+            if not path.exists():
+                parser.exit(2, f"run_all.py: --data {item}: {path} does not exist; {how}\n")
+            value = str(path.resolve())      # notebooks run in their own folder: pass absolute paths
+        chosen.update({name: value} if name else dict.fromkeys(takes_data, value))
+    return chosen
+
+
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 2)[2])
@@ -73,12 +122,20 @@ def parse_args(argv=None):
     p.add_argument("--framework", action="append",
                    help=f"framework(s) to run, comma-separated (default: all of {', '.join(suite.FRAMEWORKS)})")
     p.add_argument("--profile", default="auto",
-                   help="full, cpu, tiny, or auto: full where nvidia-smi sees a GPU, cpu otherwise (default)")
-    p.add_argument("--data", default="auto", help="auto, real or synthetic: passed to every notebook (default auto)")
+                   help="full, cpu, tiny, or auto (default): full for each notebook whose framework sees a GPU, "
+                        "cpu for the others")
+    p.add_argument("--data", action="append",
+                   help="auto (default), real, synthetic, a dataset path or a folder holding the datasets' files, "
+                        "or TASK=PATH; comma-separated or repeated")
     p.add_argument("--parity", action="store_true",
-                   help=f"also run the parity step of the {', '.join(PARITY_TASKS)} notebooks: shared weights, "
+                   help="also run the parity step of the notebooks that have one: shared weights, "
                         "outputs checked against the numpy reference (off by default: timed runs leave it off)")
-    p.add_argument("--resume", action="store_true", help="skip notebooks that already have an ok record for this profile")
+    p.add_argument("--resume", action="store_true",
+                   help="skip notebooks whose ok record was made from the same inputs (notebook, support/, pins, "
+                        "parameters, hardware); rerun the others, saying why")
+    p.add_argument("--jobs", type=int, default=1,
+                   help="notebooks to run at once (default 1). Above 1 they share the machine, so their records "
+                        "are marked not timed and no table shows their times: for smoke tests")
     p.add_argument("--timeout", type=int, help="seconds one notebook may run (default: tiny 600, cpu 1800, full 21600)")
     p.add_argument("--results", type=Path, default=suite.ROOT / "results", help="results folder (default results/)")
     p.add_argument("--machine", default=None, help="name of this machine's results subfolder (default: derived from the hardware)")
@@ -91,15 +148,14 @@ def parse_args(argv=None):
     p.add_argument("--report-only", action="store_true", help="run nothing; rebuild tables, plots, README and reader")
     p.add_argument("--list", action="store_true", help="print the notebooks that would run, and stop")
     args = p.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)
     args.tasks = split_names(args.task, suite.TASKS, "task", p)
     args.frameworks = split_names(args.framework, list(suite.FRAMEWORKS), "framework", p)
     if args.profile not in ("auto",) + suite.PROFILES:
         p.exit(2, f"run_all.py: unknown profile {args.profile!r}; choose from: auto, {', '.join(suite.PROFILES)}\n")
-    if args.data not in ("auto", "real", "synthetic"):
-        p.exit(2, f"run_all.py: unknown data source {args.data!r}; choose from: auto, real, synthetic\n")
-    if args.profile == "auto":
-        args.profile = "full" if env.gpu_names() else "cpu"
-    args.timeout = args.timeout or DEFAULT_TIMEOUT[args.profile]
+    if args.jobs < 1:
+        p.exit(2, f"run_all.py: --jobs {args.jobs}: give 1 or more notebooks at a time\n")
+    args.data = parse_data(args.data, p)
     args.machine = args.machine or env.machine_name()
     return args
 
@@ -111,13 +167,125 @@ def plan(args) -> list[Job]:
         for framework in args.frameworks:
             notebook = args.notebooks / task / f"{framework}.ipynb"
             if notebook.exists():
-                jobs += [Job(task, framework, run, notebook) for run in suite.variants(task, framework)]
+                jobs += [Job(task, framework, run, notebook, data=args.data.get(task))
+                         for run in suite.variants(task, framework)]
     return jobs
 
 
-def kernel_environment() -> dict:
-    """The runner's environment plus the project's cache locations, for papermill and its kernels."""
-    return {**os.environ, **env.project_environment(), "PYTHONUNBUFFERED": "1"}
+# --- which profile each notebook runs -----------------------------------------------------------
+
+def probe_gpu(key: str) -> tuple[bool, str]:
+    """Ask one framework, in its kernel's environment, whether it sees a GPU: (answer, detail)."""
+    python = suite.venv_python(suite.FRAMEWORKS[key])
+    try:
+        proc = subprocess.run([str(python), "-c", suite.GPU_PROBES[key]], capture_output=True, text=True,
+                              timeout=300, env=kernel_environment(), stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.SubprocessError) as err:
+        return False, f"the probe could not run ({err})"
+    answer = proc.stdout.strip().splitlines()[-1:] == ["True"]
+    if proc.returncode:
+        return False, f"the probe failed: {(proc.stderr.strip().splitlines() or ['no output'])[-1]}"
+    return answer, ""
+
+
+def resolve_profiles(jobs: list[Job], args) -> list[str]:
+    """Give each job its profile and return the lines to print. `auto` is `cpu` without a GPU; on a
+    GPU machine it is `full` for a notebook whose framework's installed build sees the GPU and
+    `cpu` for one whose build does not (CPU-only pins), rather than hours of the full profile on a CPU."""
+    gpus = env.gpu_names() if args.profile == "auto" else []
+    if args.profile != "auto" or not gpus:
+        for job in jobs:
+            job.profile = args.profile if args.profile != "auto" else "cpu"
+        return ["profile auto: cpu (no GPU visible)"] if args.profile == "auto" else []
+    keys = sorted({suite.gpu_probe_key(job.framework, job.parameters) for job in jobs})
+    seen = {key: probe_gpu(key) for key in keys}
+    for job in jobs:
+        job.profile = "full" if seen[suite.gpu_probe_key(job.framework, job.parameters)][0] else "cpu"
+    lines = [f"profile auto: full where the framework sees the GPU ({gpus[0]} x{len(gpus)}), cpu elsewhere"]
+    for key, (sees, detail) in seen.items():
+        if not sees:
+            lines.append(f"{key} sees no GPU{f' ({detail})' if detail else ''}: its notebooks run the cpu profile; "
+                         f"for its GPU build, {suite.GPU_BUILDS[key]}")
+    return lines
+
+
+# --- what a run is made from ------------------------------------------------------------------
+
+def digest(*paths: Path) -> str:
+    """sha256 over the files' contents (a missing file counts as absent), 16 hex digits."""
+    h = hashlib.sha256()
+    for path in paths:
+        if path.is_file():
+            h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()[:16]
+
+
+_declared_cache: dict[Path, set] = {}
+
+
+def declared_parameters(notebook: Path) -> set[str]:
+    """The names in the notebook's cell tagged `parameters`, as papermill reads them."""
+    if notebook not in _declared_cache:
+        import papermill
+
+        _declared_cache[notebook] = set(papermill.inspect_notebook(str(notebook)))
+    return _declared_cache[notebook]
+
+
+def notebook_parameters(job: Job, args, record_path: Path) -> dict:
+    """What papermill passes to the notebook: of the runner's parameters, those it declares."""
+    offered = {"profile": job.profile, "record_path": str(Path(record_path).resolve()), "data": job.data,
+               **({"parity": True} if args.parity else {}), **job.parameters}
+    declared = declared_parameters(job.notebook)
+    return {name: value for name, value in offered.items() if name in declared and value is not None}
+
+
+def inputs(job: Job, parameters: dict, timed: bool) -> dict:
+    """What the record was made from: --resume reruns a notebook when any of these changed."""
+    return {"parameters": {k: v for k, v in parameters.items() if k != "record_path"},
+            "notebook": digest(job.notebook),
+            "support": digest(*sorted((suite.ROOT / "support").glob("*.py"))),
+            "pins": digest(suite.REQUIREMENTS / f"{job.environment}.txt",
+                           suite.REQUIREMENTS / f"{job.environment}-constraints.txt"),
+            "hardware": env.machine_name(),
+            "timed": timed}
+
+
+INPUT_CHANGES = {"notebook": "the notebook changed", "support": "support/ changed",
+                 "pins": "its environment's pins changed", "hardware": "it ran on other hardware",
+                 "timed": "it ran untimed (--jobs above 1)"}
+
+
+def why_rerun(previous: dict | None, now: dict) -> str | None:
+    """None where `previous` is an ok record made from the inputs `now`; else why it must run again."""
+    if previous is None:
+        return "no record yet"
+    if previous["status"] != "ok":
+        return f"its last run ended {previous['status']}"
+    before = previous.get("inputs")
+    if not isinstance(before, dict):
+        return "its record predates input tracking"
+    for key, reason in INPUT_CHANGES.items():
+        if before.get(key) != now[key]:
+            return reason
+    old, new = before.get("parameters") or {}, now["parameters"]
+    changed = [f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
+    return f"its parameters changed ({', '.join(changed)})" if changed else None
+
+
+# --- running one notebook -----------------------------------------------------------------------
+
+def kernel_environment(jobs: int = 1) -> dict:
+    """The runner's environment plus the project's cache locations, for papermill and its kernels.
+    With several notebooks at once, each kernel gets its share of the cores and OpenMP threads that
+    sleep rather than spin while they wait: two kernels of two spinning threads on two cores made
+    MXNet's tiny DenseNet 10x slower (67 s against 7 s alone)."""
+    shared = {}
+    if jobs > 1:
+        threads = str(max(1, (os.cpu_count() or 1) // jobs))
+        shared = {"OMP_NUM_THREADS": threads, "OPENBLAS_NUM_THREADS": threads, "MKL_NUM_THREADS": threads,
+                  "OMP_WAIT_POLICY": "PASSIVE"}
+    return {**os.environ, **env.project_environment(), "PYTHONUNBUFFERED": "1", **shared}
 
 
 def kill_tree(pid: int) -> None:
@@ -152,57 +320,114 @@ def notebook_error(executed: Path, log: Path) -> str:
     return (errors or lines or ["papermill failed without output"])[-1][:500]
 
 
-def notebook_parameters(job: Job, args, record_path: Path) -> dict:
-    """What papermill passes to the notebook's parameters cell."""
-    parameters = {"profile": args.profile, "record_path": str(record_path.resolve()), **job.parameters}
-    if job.task != "resnet50_features":
-        parameters["data"] = args.data
-    if args.parity and job.task in PARITY_TASKS:
-        parameters["parity"] = True
-    return parameters
+@dataclass
+class Active:
+    """The runs in progress, so that an interrupt can stop every kernel and keep every old record."""
+    stopping: threading.Event = field(default_factory=threading.Event)
+    procs: set = field(default_factory=set)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def stop(self) -> None:
+        self.stopping.set()
+        with self.lock:
+            procs = list(self.procs)
+        for proc in procs:
+            kill_tree(proc.pid)
 
 
-def run_job(job: Job, args, out: Path) -> dict:
-    """Run one notebook; return its record (the notebook's own, or a failed one made here)."""
-    record_path = out / "records" / args.profile / f"{job.key}.json"
-    executed = out / "executed" / args.profile / job.task / f"{job.framework}{'-' + job.variant if job.variant else ''}.ipynb"
-    log = out / "logs" / args.profile / f"{job.key}.log"
-    for path in (record_path, executed, log):
-        path.parent.mkdir(parents=True, exist_ok=True)
-    record_path.unlink(missing_ok=True)
+def failed_record(job: Job, args, status: str, error: str) -> dict:
+    return {"schema": SCHEMA, "task": job.task, "framework": job.framework, "variant": job.variant,
+            "status": status, "profile": job.profile, "data": None, "params": {}, "timing": {},
+            "metrics": {}, "n_parameters": None,
+            "environment": {"machine": args.machine, "date": time.strftime("%Y-%m-%dT%H:%M:%S%z")},
+            "error": error}
+
+
+def run_job(job: Job, args, out: Path, active: Active) -> dict | None:
+    """Run one notebook in a staging folder; when it has ended, its record, executed notebook and log
+    replace the previous ones. Returns the record, or None where the run was interrupted (the
+    previous record, notebook and log are then left as they were)."""
+    paths = job.paths(out)
+    staging = paths["staging"]
+    shutil.rmtree(staging, ignore_errors=True)          # a clean start: nothing from an earlier run
+    staging.mkdir(parents=True)
+    record_path, executed, log = staging / "record.json", staging / paths["executed"].name, staging / "run.log"
     parameters = notebook_parameters(job, args, record_path)
-    cmd = [sys.executable, "-m", "papermill", str(job.notebook), str(executed), "--kernel",
-           suite.kernel_name(suite.FRAMEWORKS[job.framework]), "--cwd", str(job.notebook.parent),
-           "--parameters_yaml", json.dumps(parameters), "--log-output", "--no-progress-bar"]
+    timed = args.jobs == 1
+    missing = [name for name in tasks.COMMON_PARAMETERS if name not in parameters]
     start = time.time()
-    with open(log, "w") as log_file:
-        proc = subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT, env=kernel_environment(),
-                                stdin=subprocess.DEVNULL)
-        try:
-            code = proc.wait(timeout=args.timeout)
-            status, error = ("ok", None) if code == 0 else ("failed", notebook_error(executed, log))
-        except subprocess.TimeoutExpired:
-            kill_tree(proc.pid)
-            status, error = "timeout", f"no result after {args.timeout} s (raise the limit with --timeout)"
-        except BaseException:       # Ctrl-C: stop the notebook and its kernel too
-            kill_tree(proc.pid)
-            raise
-    wall = time.time() - start
+    if missing:
+        status, error = "failed", (f"{suite.shown(job.notebook)} declares no {', '.join(missing)} in its cell tagged "
+                                   f"'parameters'; every notebook declares {', '.join(tasks.COMMON_PARAMETERS)}")
+    else:
+        status, error = execute(job, args, parameters, executed, log, active)
+    if active.stopping.is_set():
+        shutil.rmtree(staging, ignore_errors=True)
+        return None
     if status == "ok":
         try:
             record = read(record_path)
         except (OSError, RecordError) as err:
             status, error = "failed", f"the notebook finished but left no valid record: {err}"
     if status != "ok":
-        record = {"schema": SCHEMA, "task": job.task, "framework": job.framework, "variant": job.variant,
-                  "status": status, "profile": args.profile, "data": None, "params": {}, "timing": {},
-                  "metrics": {}, "n_parameters": None,
-                  "environment": {"machine": args.machine, "date": time.strftime("%Y-%m-%dT%H:%M:%S%z")},
-                  "error": error}
-    record.update(wall_s=round(wall, 1), executed_notebook=str(executed.relative_to(out)),
-                  log=str(log.relative_to(out)))
-    atomic_write_json(record_path, record)
+        record = failed_record(job, args, status, error)
+    record.update(wall_s=round(time.time() - start, 1), timed=timed, inputs=inputs(job, parameters, timed),
+                  run=args.run_id, executed_notebook=str(paths["executed"].relative_to(out)),
+                  log=str(paths["log"].relative_to(out)))
+    commit(record, paths, out, staging)
     return record
+
+
+def execute(job: Job, args, parameters: dict, executed: Path, log: Path, active: Active) -> tuple[str, str | None]:
+    """papermill in the notebook's kernel, within the time limit: (status, error)."""
+    cmd = [sys.executable, "-m", "papermill", str(job.notebook), str(executed), "--kernel",
+           suite.kernel_name(job.environment), "--cwd", str(job.notebook.parent),
+           "--parameters_yaml", json.dumps(parameters), "--log-output", "--no-progress-bar"]
+    timeout = args.timeout or DEFAULT_TIMEOUT[job.profile]
+    with open(log, "w") as log_file:
+        # Its own session: a terminal's Ctrl-C reaches the runner alone, which stops the kernels itself
+        # and knows the run was interrupted rather than failed.
+        proc = subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT, env=kernel_environment(args.jobs),
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+        with active.lock:
+            active.procs.add(proc)
+        try:
+            code = proc.wait(timeout=timeout)
+            return ("ok", None) if code == 0 else ("failed", notebook_error(executed, log))
+        except subprocess.TimeoutExpired:
+            kill_tree(proc.pid)
+            return "timeout", f"no result after {timeout} s (raise the limit with --timeout)"
+        except BaseException:       # Ctrl-C: stop the notebook and its kernel too
+            active.stopping.set()
+            kill_tree(proc.pid)
+            raise
+        finally:
+            with active.lock:
+                active.procs.discard(proc)
+
+
+def commit(record: dict, paths: dict, out: Path, staging: Path) -> None:
+    """Swap the finished run in: executed notebook and log first, the record last. An ok record that a
+    failed run replaces is kept under records/<profile>/superseded/, so no measurement is lost."""
+    previous = paths["record"]
+    if record["status"] != "ok" and previous.exists():
+        try:
+            if read(previous)["status"] == "ok":
+                kept = previous.parent / "superseded" / previous.name
+                kept.parent.mkdir(exist_ok=True)
+                previous.replace(kept)
+                record["superseded"] = str(kept.relative_to(out))
+        except RecordError:
+            pass
+    for name, target in (("executed", paths["executed"]), ("log", paths["log"])):
+        source = staging / (target.name if name == "executed" else "run.log")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if source.exists():
+            source.replace(target)
+        else:
+            target.unlink(missing_ok=True)       # never leave an earlier run's copy beside this record
+    atomic_write_json(paths["record"], record)
+    shutil.rmtree(staging, ignore_errors=True)
 
 
 def summary_line(record: dict) -> str:
@@ -210,35 +435,88 @@ def summary_line(record: dict) -> str:
         return f"{record['status'].upper()}: {record['error']}"
     t = record["timing"]
     metrics = ", ".join(f"{k} {v:.3f}" for k, v in record["metrics"].items() if isinstance(v, float))
-    return f"ok: {t['median_s']:.3g} s per {t['unit']}, {metrics}"
+    timing = f"{t['median_s']:.3g} s per {t['unit']}" if record.get("timed", True) else "not timed"
+    return f"ok: {timing}, {metrics}"
 
 
 def run_suite(jobs: list[Job], args, out: Path) -> int:
-    """Run the jobs one at a time under a progress bar; return how many did not end ok."""
+    """Run the jobs (args.jobs at a time) under a progress bar; return how many did not end ok.
+    Ctrl-C (or SIGTERM) stops every running kernel, keeps every record and raises KeyboardInterrupt."""
     from tqdm import tqdm
 
-    failures = 0
-    bar = tqdm(jobs, unit="notebook", dynamic_ncols=True, file=sys.stdout)
-    for job in bar:
-        bar.set_postfix_str(job.title)
-        done = out / "records" / args.profile / f"{job.key}.json"
-        if args.resume and done.exists():
-            try:
-                if read(done)["status"] == "ok":
-                    bar.write(f"{job.title}: already ok, skipped (--resume)")
-                    continue
-            except RecordError:
-                pass
-        record = run_job(job, args, out)
-        failures += record["status"] != "ok"
-        bar.write(f"{job.title}: {summary_line(record)} [{record['wall_s']:.0f} s]")
+    bar = tqdm(total=len(jobs), unit="notebook", dynamic_ncols=True, file=sys.stdout)
+    todo = []
+    for job in jobs:
+        if args.resume:
+            reason = why_rerun(previous_record(job, out), inputs(job, notebook_parameters(job, args, Path("r")),
+                                                                   args.jobs == 1))
+            if reason is None:
+                bar.write(f"{job.title}: already ok, skipped (--resume)")
+                bar.update()
+                continue
+            bar.write(f"{job.title}: runs again (--resume): {reason}")
+        todo.append(job)
+    active, failures = Active(), 0
+    pool = ThreadPoolExecutor(max_workers=args.jobs)
+    try:
+        futures = {pool.submit(run_job, job, args, out, active): job for job in todo}
+        for future in as_completed(futures):
+            record = future.result()
+            if record is None:
+                continue
+            failures += record["status"] != "ok"
+            bar.update()
+            bar.write(f"{futures[future].title}: {summary_line(record)} [{record['wall_s']:.0f} s]")
+    except BaseException:
+        active.stop()
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+        bar.close()
     return failures
 
 
-def build_reader(out: Path, args, rows: list[dict]) -> bool:
+def previous_record(job: Job, out: Path) -> dict | None:
+    try:
+        return read(job.paths(out)["record"])
+    except (OSError, RecordError):
+        return None
+
+
+# --- the results folder ---------------------------------------------------------------------------
+
+@contextmanager
+def results_lock(out: Path, argv: list[str]):
+    """Hold results/<machine>/ for this runner (an flock, released when the process ends, however it
+    ends); a second runner gets SystemExit with one line naming the holder."""
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / LOCK_NAME
+    handle = open(path, "a+")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.seek(0)
+        holder = handle.read().strip() or "a process that has not said who it is"
+        handle.close()
+        raise SystemExit(f"run_all.py: {out} is in use by another runner ({holder}); two runs on one machine "
+                         f"share its CPU and spoil each other's timings: wait for it to end, or stop it") from None
+    try:
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"pid {os.getpid()} on {socket.gethostname()} since {time.strftime('%Y-%m-%d %H:%M:%S')}: "
+                     f"run_all.py {' '.join(argv)}".strip())
+        handle.flush()
+        yield
+    finally:
+        handle.truncate(0)
+        fcntl.flock(handle, fcntl.LOCK_UN)
+        handle.close()
+
+
+def build_reader(out: Path, args, rows: list[dict], profile: str | None) -> bool:
     """Rebuild the side-by-side reader for this run's profile (else the latest one recorded);
     False, with the reason printed, where a notebook's headings differ from PyTorch's."""
-    profile = args.profile if any(r["profile"] == args.profile for r in rows) else None
+    profile = profile if any(r["profile"] == profile for r in rows) else None
     try:
         index = build_site.build(out, profile=profile, notebooks=args.notebooks, rows=rows)
     except ValueError as err:
@@ -248,33 +526,67 @@ def build_reader(out: Path, args, rows: list[dict]) -> bool:
     return True
 
 
+@contextmanager
+def sigterm_as_interrupt():
+    """A SIGTERM (a CI timeout, `kill`) stops the run as Ctrl-C does: kernels stopped, records kept."""
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt) if threading.current_thread() is threading.main_thread() else None
+    try:
+        yield
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
+    args.run_id = time.strftime("%Y%m%dT%H%M%S")
     out = args.results / args.machine
     jobs = plan(args)
     if args.list or not args.report_only:
-        print(f"{len(jobs)} notebook run(s), profile {args.profile}, data {args.data}, results in {out}")
+        for line in resolve_profiles(jobs, args):
+            print(line)
+        profiles = ", ".join(dict.fromkeys(job.profile for job in jobs)) or args.profile
+        data = ", ".join(dict.fromkeys(args.data.values())) or "auto"
+        print(f"{len(jobs)} notebook run(s), profile {profiles}, data {data}, "
+              f"{args.jobs} at a time{' (not timed)' if args.jobs > 1 else ''}, results in {out}")
     if args.list:
         for job in jobs:
-            print(f"  {job.title}: {job.notebook} in kernel {suite.kernel_name(suite.FRAMEWORKS[job.framework])}")
+            print(f"  {job.title} [{job.profile}]: {job.notebook} in kernel {suite.kernel_name(job.environment)}")
         return 0
+    try:
+        with results_lock(out, args.argv):
+            return run_and_report(jobs, args, out)
+    except SystemExit as err:
+        print(err, file=sys.stderr)
+        return 2
+
+
+def run_and_report(jobs: list[Job], args, out: Path) -> int:
     failures, reader_ok = 0, True
     try:
         if not args.report_only:
-            failures = run_suite(jobs, args, out)
+            with sigterm_as_interrupt():
+                failures = run_suite(jobs, args, out)
     except KeyboardInterrupt:
-        print("interrupted: the records written so far are kept; --resume carries on from there")
+        print("interrupted: every record written before is kept, and the runs in progress left the previous "
+              "ones untouched; --resume carries on from there")
         failures = -1
     finally:
         rows = report.build(out, args.readme)       # the tables always reflect every record there is
-        for line in report.flagged([r for r in rows if r["profile"] == args.profile]):
+        # this run's profiles; with --report-only, the one asked for (auto: every profile there is)
+        profiles = [job.profile for job in jobs if job.profile] or (
+            [args.profile] if args.profile != "auto" else list(suite.PROFILES))
+        for line in report.flagged([r for r in rows if r["profile"] in profiles]):
             print(f"outside the band: {line}")
         if args.site:
-            reader_ok = build_reader(out, args, rows)
+            reader_ok = build_reader(out, args, rows, profiles[0] if len(set(profiles)) == 1 else None)
     if failures < 0:
         return 130
     if failures:
-        print(f"{failures} notebook(s) failed: see results.md and the logs under {out / 'logs' / args.profile}")
+        print(f"{failures} notebook(s) failed: see results.md and the logs under {out / 'logs'}")
     return 1 if failures or not reader_ok else 0
 
 

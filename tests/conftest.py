@@ -1,4 +1,6 @@
-"""Test set-up: every test works in a private cache, so nothing touches the user's .cache/ or home."""
+"""Test set-up: every test works in a private cache, so nothing touches the user's .cache/ or home,
+and no setting of the user's reaches a test: `DLROSETTA_CHESTXRAY` pointing at real data, or
+`DLROSETTA_CACHE` holding real CIFAR-10, would otherwise change what the tests read."""
 import os
 import sys
 from pathlib import Path
@@ -7,6 +9,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+# Cleared at import, before any test module is collected (and so before the runner's subprocesses).
+USER_SETTINGS = {name: os.environ.pop(name) for name in list(os.environ) if name.startswith("DLROSETTA_")}
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -5,7 +5,7 @@ import nbformat
 import pytest
 
 from scripts import run_all, suite
-from support import parity, records
+from support import parity, records, tasks
 
 NOTEBOOKS = sorted(suite.NOTEBOOKS.glob("*/*.ipynb"))
 JOBS = run_all.plan(run_all.parse_args(["--profile", "tiny"]))
@@ -25,6 +25,20 @@ def test_notebook_follows_the_shared_skeleton(path):
     for i, cell in enumerate(nb.cells[1:], start=1):     # a markdown line before each step
         if cell.cell_type == "code":
             assert nb.cells[i - 1].cell_type == "markdown", f"code cell {i} has no markdown before it"
+
+
+@pytest.mark.parametrize("task", suite.TASKS)
+def test_every_notebook_of_a_task_declares_the_registrys_parameters(task):
+    """The runner passes a notebook only what papermill finds declared, so a parameter missing from one
+    notebook would silently keep its default there: every notebook of a task declares the same ones."""
+    import papermill
+
+    for path in sorted((suite.NOTEBOOKS / task).glob("*.ipynb")):
+        declared = set(papermill.inspect_notebook(str(path)))
+        own = {name for (t, f), (name, _) in suite.VARIANTS.items() if f == path.stem and t in ("*", task)}
+        assert declared - own == set(tasks.TASKS[task].declared), (
+            f"{path.relative_to(suite.ROOT)} declares {sorted(declared)}; support/tasks.py says "
+            f"{sorted(tasks.TASKS[task].declared)} (plus its own variant parameter {sorted(own)})")
 
 
 @pytest.mark.parametrize("task", suite.TASKS)
@@ -53,9 +67,12 @@ def test_a_misaligned_heading_is_named_with_its_notebook(tmp_path):
 
 @pytest.fixture(scope="module")
 def tiny_suite(tmp_path_factory):
-    """The real suite at the tiny profile with the parity steps, through the runner, into a scratch results folder."""
+    """The real suite at the tiny profile with the parity steps, through the runner, into a scratch results folder:
+    synthetic data always (a machine online would otherwise download CIFAR-10 and IMDB), two notebooks at a time
+    (smoke runs measure nothing; their records are marked not timed)."""
     results = tmp_path_factory.mktemp("results")
-    run_all.main(["--profile", "tiny", "--parity", "--results", str(results), "--machine", "ci", "--no-readme"])
+    run_all.main(["--profile", "tiny", "--parity", "--data", "synthetic", "--jobs", "2", "--results", str(results),
+                  "--machine", "ci", "--no-readme"])
     return results / "ci"
 
 
@@ -66,7 +83,8 @@ def test_notebook_runs_at_tiny_and_writes_a_valid_record(tiny_suite, job):
     assert record["status"] == "ok", f"{job.title} failed: {record.get('error')} (log: {record.get('log')})"
     records.validate(record)
     assert (record["task"], record["framework"], record["variant"]) == (job.task, job.framework, job.variant)
-    assert record["profile"] == "tiny" and record["timing"]["n"] >= 1
+    assert record["profile"] == "tiny" and record["timing"]["n"] >= 1 and record["timed"] is False
+    assert record["data"] in (None, "synthetic") and record["inputs"]["parameters"].get("data", "synthetic") == "synthetic"
     assert (tiny_suite / record["executed_notebook"]).exists()
     if job.task == "resnet50_features":
         assert record["feature_shape"][1] == 2048

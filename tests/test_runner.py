@@ -1,13 +1,17 @@
-"""scripts/run_all.py: failures are recorded, the others kept, the tables and README written."""
+"""scripts/run_all.py: failures are recorded, the others kept, the tables and README written; every
+fault a run can meet (an interrupt, a crash, a stale notebook, a second runner) is injected here."""
 import json
+import signal
 import subprocess
 import sys
+import time
 
 import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
 from scripts import run_all, suite
+from support import tasks
 
 OK = """
 import numpy as np
@@ -24,13 +28,13 @@ BODIES = {
     ("resnet50_features", "pytorch"): "import time\ntime.sleep(600)",
     ("densenet_chestxray", "pytorch"): "import os\nos._exit(1)",
 }
-METRICS = {"gru_imdb": "accuracy", "cnn_cifar10": "accuracy", "densenet_chestxray": "auc",
-           "resnet50_features": "images_per_s"}
+METRICS = {name: task.metric or "images_per_s" for name, task in tasks.TASKS.items()}
+DECLARED = "profile = 'auto'\ndata = 'auto'\nrecord_path = None\nmode = 'loader'"
 
 
-def write_notebook(path, task, framework, body):
+def write_notebook(path, task, framework, body, declared=DECLARED):
     nb = new_notebook()
-    parameters = new_code_cell("profile = 'auto'\ndata = 'auto'\nrecord_path = None\nmode = 'loader'")
+    parameters = new_code_cell(declared)
     parameters.metadata["tags"] = ["parameters"]
     constants = f"TASK, FRAMEWORK, METRIC = {task!r}, {framework!r}, {METRICS[task]!r}"
     nb.cells = [parameters, new_code_cell(constants), new_code_cell(body)]
@@ -160,9 +164,6 @@ def test_list_shows_each_variant_with_its_kernel(capsys):
 
 
 def test_an_interrupted_run_keeps_its_records_and_stops_the_kernel(tmp_path):
-    import signal
-    import time
-
     import psutil
 
     write_notebook(tmp_path / "notebooks" / "cnn_cifar10" / "pytorch.ipynb", "cnn_cifar10", "pytorch", OK)
@@ -172,11 +173,8 @@ def test_an_interrupted_run_keeps_its_records_and_stops_the_kernel(tmp_path):
     proc = subprocess.Popen([sys.executable, str(suite.ROOT / "scripts" / "run_all.py"), "--notebooks",
                              str(tmp_path / "notebooks"), "--results", str(tmp_path / "results"), "--machine", "box",
                              "--profile", "tiny", "--no-readme"], stdout=subprocess.PIPE, text=True)
-    hanging = out / "logs" / "tiny" / "gru_imdb__pytorch.log"
-    deadline = time.time() + 120
-    while not hanging.exists() and time.time() < deadline:
-        time.sleep(0.5)
-    time.sleep(8)                                    # the kernel is up and sleeping
+    hanging = out / ".staging" / "tiny" / "gru_imdb__pytorch" / "run.log"      # the run in progress
+    wait_for(lambda: hanging.exists() and "Executing Cell 4" in hanging.read_text(), what="the kernel to sleep")
     children = psutil.Process(proc.pid).children(recursive=True)
     proc.send_signal(signal.SIGINT)
     stdout, _ = proc.communicate(timeout=60)
@@ -187,10 +185,16 @@ def test_an_interrupted_run_keeps_its_records_and_stops_the_kernel(tmp_path):
     assert not alive, f"left running: {[p.cmdline() for p in alive]}"
 
 
-def test_the_runner_and_support_agree_on_tasks_and_profiles():
-    # suite.py keeps its own copy because setup_envs.py imports it with any Python, before numpy exists.
-    from support import params
-    assert sorted(suite.TASKS) == sorted(params.TASKS) and suite.PROFILES == params.PROFILES
+def test_every_module_reads_its_tasks_from_the_registry():
+    from scripts import report
+    from support import params, parity, records
+    assert suite.TASKS == params.TASKS == tasks.NAMES and suite.PROFILES == params.PROFILES == tasks.PROFILES
+    assert all(set(params._PROFILES[name]) == set(tasks.PROFILES) for name in tasks.NAMES)
+    assert set(params._PROFILES) == set(tasks.NAMES)
+    assert records.METRICS == {name: task.metric for name, task in tasks.TASKS.items()}
+    assert parity.TASKS == tuple(name for name, task in tasks.TASKS.items() if task.parity)
+    assert report.TASK_TITLES == {name: task.title for name, task in tasks.TASKS.items()}
+    assert suite.variants("densenet_chestxray", "pytorch") == [{"mode": m} for m in tasks.TASKS["densenet_chestxray"].modes]
 
 
 def test_the_mxnet_cnn_runs_once_per_api():
@@ -200,7 +204,9 @@ def test_the_mxnet_cnn_runs_once_per_api():
 
 def test_parity_is_passed_only_to_the_notebooks_that_have_the_step(tmp_path):
     args = run_all.parse_args(["--profile", "tiny", "--parity"])
-    jobs = {job.task: job for job in run_all.plan(args) if job.framework == "pytorch"}   # the last variant
+    plan = run_all.plan(args)
+    run_all.resolve_profiles(plan, args)
+    jobs = {job.task: job for job in plan if job.framework == "pytorch"}   # the last variant
     passed = {task: run_all.notebook_parameters(job, args, tmp_path / "r.json") for task, job in jobs.items()}
     assert {task for task, p in passed.items() if p.get("parity") is True} == {"cnn_cifar10", "gru_imdb",
                                                                               "resnet50_features"}
@@ -208,3 +214,206 @@ def test_parity_is_passed_only_to_the_notebooks_that_have_the_step(tmp_path):
                                             "mode": "ram", "data": "auto"}
     plain = run_all.parse_args(["--profile", "tiny"])
     assert "parity" not in run_all.notebook_parameters(jobs["cnn_cifar10"], plain, tmp_path / "r.json")
+    assert "data" not in passed["resnet50_features"]       # its notebooks declare none: papermill's inspection says so
+
+
+# --- faults injected into a run ---------------------------------------------------------------------
+
+def runner_args(tmp_path, *extra):
+    return ["--notebooks", str(tmp_path / "notebooks"), "--results", str(tmp_path / "results"), "--machine", "box",
+            "--profile", "tiny", "--no-readme", "--no-site", "--timeout", "120", *extra]
+
+
+def runner_process(tmp_path, *extra):
+    return subprocess.Popen([sys.executable, str(suite.ROOT / "scripts" / "run_all.py"), *runner_args(tmp_path, *extra)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def run_files(out, key="gru_imdb__pytorch", task="gru_imdb", name="pytorch"):
+    """The record, executed notebook and log of one run, as bytes."""
+    paths = {"record": out / "records" / "tiny" / f"{key}.json", "executed": out / "executed" / "tiny" / task / f"{name}.ipynb",
+             "log": out / "logs" / "tiny" / f"{key}.log"}
+    return {k: p.read_bytes() for k, p in paths.items()}
+
+
+def wait_for(predicate, seconds=120, what="the condition"):
+    deadline = time.time() + seconds
+    while not predicate():
+        assert time.time() < deadline, f"waited {seconds} s for {what}"
+        time.sleep(0.3)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_an_interrupted_rerun_leaves_the_previous_record_notebook_and_log(tmp_path, sig):
+    import psutil
+
+    notebook = tmp_path / "notebooks" / "gru_imdb" / "pytorch.ipynb"
+    write_notebook(notebook, "gru_imdb", "pytorch", OK)
+    out = tmp_path / "results" / "box"
+    assert run_all.main(runner_args(tmp_path)) == 0
+    before = run_files(out)
+    write_notebook(notebook, "gru_imdb", "pytorch", "import time\ntime.sleep(600)")
+    proc = runner_process(tmp_path)
+    log = out / ".staging" / "tiny" / "gru_imdb__pytorch" / "run.log"
+    wait_for(lambda: log.exists() and "Executing Cell 4" in log.read_text(), what="the kernel to reach the sleep")
+    children = psutil.Process(proc.pid).children(recursive=True)
+    proc.send_signal(sig)
+    stdout, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and "interrupted" in stdout
+    assert run_files(out) == before                                  # byte for byte
+    assert not (out / ".staging" / "tiny" / "gru_imdb__pytorch").exists()
+    gone, alive = psutil.wait_procs(children, timeout=10)
+    assert not alive, f"left running: {[p.cmdline() for p in alive]}"
+
+
+def test_a_failed_rerun_shows_its_own_error_and_keeps_the_ok_record_it_replaces(tmp_path):
+    notebook = tmp_path / "notebooks" / "gru_imdb" / "pytorch.ipynb"
+    out = tmp_path / "results" / "box"
+    write_notebook(notebook, "gru_imdb", "pytorch", OK)
+    assert run_all.main(runner_args(tmp_path)) == 0
+    ok = json.loads(run_files(out)["record"])
+    write_notebook(notebook, "gru_imdb", "pytorch", "raise ValueError('first failure')")
+    assert run_all.main(runner_args(tmp_path)) == 1
+    first = json.loads(run_files(out)["record"])
+    assert first["status"] == "failed" and first["error"].startswith("ValueError: first failure")
+    assert first["superseded"] == "records/tiny/superseded/gru_imdb__pytorch.json"
+    assert json.loads((out / first["superseded"]).read_text()) == ok        # the measurement is not lost
+    write_notebook(notebook, "gru_imdb", "pytorch", "import os\nos._exit(3)")  # dies without an error cell
+    assert run_all.main(runner_args(tmp_path)) == 1
+    second = json.loads(run_files(out)["record"])
+    assert second["status"] == "failed" and "first failure" not in second["error"]   # not the stale notebook's
+    assert json.loads((out / first["superseded"]).read_text()) == ok
+
+
+def test_resume_reruns_a_notebook_whose_inputs_changed_and_says_why(tmp_path, capsys):
+    for task in ("gru_imdb", "cnn_cifar10"):
+        write_notebook(tmp_path / "notebooks" / task / "pytorch.ipynb", task, "pytorch", OK)
+    assert run_all.main(runner_args(tmp_path)) == 0
+    record = json.loads(run_files(tmp_path / "results" / "box")["record"])
+    assert record["inputs"]["parameters"] == {"profile": "tiny", "data": "auto"} and record["timed"] is True
+    assert set(record["inputs"]) == {"parameters", "notebook", "support", "pins", "hardware", "timed"}
+    capsys.readouterr()
+    write_notebook(tmp_path / "notebooks" / "gru_imdb" / "pytorch.ipynb", "gru_imdb", "pytorch", OK + "\n# edited")
+    assert run_all.main(runner_args(tmp_path, "--resume")) == 0
+    text = capsys.readouterr().out
+    assert "cnn_cifar10/pytorch: already ok, skipped (--resume)" in text
+    assert "gru_imdb/pytorch: runs again (--resume): the notebook changed" in text
+    assert run_all.main(runner_args(tmp_path, "--resume", "--data", "synthetic", "--task", "gru_imdb")) == 0
+    assert "runs again (--resume): its parameters changed (data: 'auto' -> 'synthetic')" in capsys.readouterr().out
+
+
+def test_a_second_runner_on_the_same_results_is_refused_naming_the_holder(tmp_path):
+    out = tmp_path / "results" / "box"
+    with run_all.results_lock(out, ["--profile", "tiny"]):
+        proc = subprocess.run([sys.executable, str(suite.ROOT / "scripts" / "run_all.py"), *runner_args(tmp_path)],
+                              capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == (f"run_all.py: {out} is in use by another runner (pid {__import__('os').getpid()} on "
+                                   f"{__import__('socket').gethostname()} since " + proc.stderr.split(" since ")[1].strip())
+    assert "run_all.py --profile tiny); two runs on one machine share its CPU" in proc.stderr
+    assert run_all.main(runner_args(tmp_path, "--report-only")) == 0      # released: the next one goes ahead
+
+
+def test_concurrent_smoke_runs_are_recorded_as_not_timed(tmp_path):
+    for task in ("gru_imdb", "cnn_cifar10"):
+        write_notebook(tmp_path / "notebooks" / task / "pytorch.ipynb", task, "pytorch", OK)
+    readme = tmp_path / "README.md"
+    readme.write_text("<!-- results:start -->\n<!-- results:end -->\n")
+    args = runner_args(tmp_path, "--jobs", "2")
+    args[args.index("--no-readme")] = f"--readme={readme}"
+    assert run_all.main(args) == 0
+    out = tmp_path / "results" / "box"
+    for key in ("gru_imdb__pytorch", "cnn_cifar10__pytorch"):
+        record = json.loads((out / "records" / "tiny" / f"{key}.json").read_text())
+        assert record["status"] == "ok" and record["timed"] is False and record["inputs"]["timed"] is False
+    assert "| pytorch | ok | not timed | - |" in (out / "results.md").read_text()
+    assert "| pytorch | not timed (0.750) | - | - | - | not timed (0.750) |" in readme.read_text()
+    assert ",ok,tiny,synthetic,False,batch,,," in (out / "results.csv").read_text()
+
+
+def test_a_notebook_gets_only_the_parameters_it_declares(tmp_path):
+    write_notebook(tmp_path / "notebooks" / "gru_imdb" / "pytorch.ipynb", "gru_imdb", "pytorch", OK,
+                   declared="profile = 'auto'\nrecord_path = None")
+    write_notebook(tmp_path / "notebooks" / "cnn_cifar10" / "pytorch.ipynb", "cnn_cifar10", "pytorch", OK,
+                   declared="profile = 'auto'\ndata = 'auto'")
+    assert run_all.main(runner_args(tmp_path, "--data", str(tmp_path))) == 1
+    out = tmp_path / "results" / "box"
+    gru = json.loads((out / "records" / "tiny" / "gru_imdb__pytorch.json").read_text())
+    assert gru["status"] == "ok" and gru["inputs"]["parameters"] == {"profile": "tiny"}
+    cnn = json.loads((out / "records" / "tiny" / "cnn_cifar10__pytorch.json").read_text())
+    assert cnn["status"] == "failed" and cnn["error"] == (
+        f"{tmp_path}/notebooks/cnn_cifar10/pytorch.ipynb declares no record_path in its cell tagged 'parameters'; "
+        "every notebook declares profile, record_path")
+
+
+def test_a_dataset_path_is_passed_through_absolute(tmp_path, monkeypatch):
+    (tmp_path / "data").mkdir()
+    monkeypatch.chdir(tmp_path)
+    args = run_all.parse_args(["--profile", "tiny", "--data", "data", "--data", "gru_imdb=synthetic"])
+    assert args.data == {"cnn_cifar10": str(tmp_path / "data"), "densenet_chestxray": str(tmp_path / "data"),
+                         "gru_imdb": "synthetic"}
+    jobs = {job.task: job for job in run_all.plan(args) if job.framework == "pytorch"}
+    run_all.resolve_profiles(list(jobs.values()), args)
+    assert run_all.notebook_parameters(jobs["cnn_cifar10"], args, tmp_path / "r.json")["data"] == str(tmp_path / "data")
+
+
+@pytest.mark.parametrize("value, message", [
+    ("/nowhere/cifar", "--data /nowhere/cifar: /nowhere/cifar does not exist; give auto, real, synthetic, a folder "
+                       "holding the datasets (cifar-10-python.tar.gz, imdb.npz, chestxray14/), or TASK=PATH"),
+    ("resnet50_features=/tmp", "--data resnet50_features=/tmp: the resnet50_features notebooks read no dataset"),
+])
+def test_a_bad_data_argument_is_one_line(value, message):
+    proc = subprocess.run([sys.executable, str(suite.ROOT / "scripts" / "run_all.py"), "--data", value, "--list"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1 and message in proc.stderr
+
+
+def test_auto_on_a_gpu_machine_gives_full_only_to_frameworks_that_see_it(monkeypatch, capsys):
+    from support import env
+    monkeypatch.setattr(env, "gpu_names", lambda: ["NVIDIA H100 80GB HBM3"])
+    seen = {"pytorch": (True, ""), "jax": (True, ""), "tensorflow": (False, ""), "mxnet": (False, ""),
+            "chainer": (False, "the probe failed: ImportError: cupy")}
+    monkeypatch.setattr(run_all, "probe_gpu", lambda key: seen[key])
+    assert run_all.main(["--list", "--task", "gru_imdb"]) == 0
+    text = capsys.readouterr().out
+    for line in ("gru_imdb/pytorch [full]", "gru_imdb/keras (torch) [full]", "gru_imdb/keras (jax) [full]",
+                 "gru_imdb/jax [full]", "gru_imdb/tensorflow [cpu]", "gru_imdb/keras (tensorflow) [cpu]",
+                 "gru_imdb/mxnet [cpu]", "gru_imdb/chainer [cpu]",
+                 "profile auto: full where the framework sees the GPU (NVIDIA H100 80GB HBM3 x1), cpu elsewhere",
+                 "tensorflow sees no GPU: its notebooks run the cpu profile; for its GPU build, requirements/modern.in "
+                 "pins tensorflow-cpu",
+                 "chainer sees no GPU (the probe failed: ImportError: cupy): its notebooks run the cpu profile"):
+        assert line in text, line
+    assert "pytorch sees no GPU" not in text and "notebook run(s), profile full, cpu," in text
+
+
+def test_every_frameworks_gpu_probe_runs_in_its_environment():
+    """The probes only decide on a GPU machine: run each here so that none of them is first run there."""
+    for key in suite.GPU_PROBES:
+        sees, detail = run_all.probe_gpu(key)
+        assert (sees, detail) == (False, ""), f"{key}: {detail}"
+
+
+def test_mixed_profiles_in_the_readme_table_are_labelled(tmp_path):
+    from scripts import report
+    from support import params, records, timing
+    for framework, profile in (("pytorch", "full"), ("tensorflow", "cpu"), ("jax", "full"), ("jax", "tiny")):
+        records.write(tmp_path / "records" / profile / f"gru_imdb__{framework}.json", task="gru_imdb",
+                      framework=framework, params=params.load("gru_imdb", profile), data="synthetic",
+                      timing=timing.benchmark(lambda: None, 2, samples=4), metrics={"accuracy": 0.9},
+                      n_parameters=1, environment={"machine": "box"})
+    table = report.readme_table(report.load_rows(tmp_path), "box")
+    assert "compare times only between lines of one profile" in table
+    lines = [line for line in table.splitlines() if line.startswith("| ")]
+    assert lines[0].startswith("| framework | profile | CNN s/epoch (accuracy) |")
+    assert [line.split(" | ")[:2] for line in lines[1:]] == [["| pytorch", "full"], ["| tensorflow", "cpu"],
+                                                            ["| jax", "full"]]
+
+
+def test_concurrent_kernels_share_the_cores_and_wait_passively(monkeypatch):
+    monkeypatch.setattr("os.cpu_count", lambda: 4)
+    shared = run_all.kernel_environment(jobs=2)
+    assert {k: shared[k] for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OMP_WAIT_POLICY")} \
+        == {"OMP_NUM_THREADS": "2", "OPENBLAS_NUM_THREADS": "2", "MKL_NUM_THREADS": "2", "OMP_WAIT_POLICY": "PASSIVE"}
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    assert "OMP_WAIT_POLICY" not in run_all.kernel_environment(jobs=1)      # a timed run: the frameworks' own choice
