@@ -156,6 +156,7 @@ def parse_args(argv=None):
     if args.jobs < 1:
         p.exit(2, f"run_all.py: --jobs {args.jobs}: give 1 or more notebooks at a time\n")
     args.data = parse_data(args.data, p)
+    args.timed = args.jobs == 1      # notebooks side by side share the machine: their times measure nothing
     args.machine = args.machine or env.machine_name()
     return args
 
@@ -353,7 +354,6 @@ def run_job(job: Job, args, out: Path, active: Active) -> dict | None:
     staging.mkdir(parents=True)
     record_path, executed, log = staging / "record.json", staging / paths["executed"].name, staging / "run.log"
     parameters = notebook_parameters(job, args, record_path)
-    timed = args.jobs == 1
     missing = [name for name in tasks.COMMON_PARAMETERS if name not in parameters]
     start = time.time()
     if missing:
@@ -371,7 +371,7 @@ def run_job(job: Job, args, out: Path, active: Active) -> dict | None:
             status, error = "failed", f"the notebook finished but left no valid record: {err}"
     if status != "ok":
         record = failed_record(job, args, status, error)
-    record.update(wall_s=round(time.time() - start, 1), timed=timed, inputs=inputs(job, parameters, timed),
+    record.update(wall_s=round(time.time() - start, 1), timed=args.timed, inputs=inputs(job, parameters, args.timed),
                   run=args.run_id, executed_notebook=str(paths["executed"].relative_to(out)),
                   log=str(paths["log"].relative_to(out)))
     commit(record, paths, out, staging)
@@ -448,8 +448,8 @@ def run_suite(jobs: list[Job], args, out: Path) -> int:
     todo = []
     for job in jobs:
         if args.resume:
-            reason = why_rerun(previous_record(job, out), inputs(job, notebook_parameters(job, args, Path("r")),
-                                                                   args.jobs == 1))
+            reason = why_rerun(previous_record(job, out),
+                               inputs(job, notebook_parameters(job, args, Path("r")), args.timed))
             if reason is None:
                 bar.write(f"{job.title}: already ok, skipped (--resume)")
                 bar.update()
