@@ -32,6 +32,7 @@ import json
 import math
 import sys
 from pathlib import Path
+from statistics import median
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from scripts import suite  # noqa: E402
@@ -111,12 +112,6 @@ def row(record: dict) -> dict:
 def sort_key(r: dict):
     return (PROFILE_ORDER.get(r["profile"], 99), suite.TASKS.index(r["task"]) if r["task"] in suite.TASKS else 99,
             FRAMEWORK_ORDER.get(r["framework"], 99), r["variant"] or "")
-
-
-def median(values) -> float:
-    values = sorted(values)
-    n = len(values)
-    return values[n // 2] if n % 2 else (values[n // 2 - 1] + values[n // 2]) / 2
 
 
 def mark_band(rows: list[dict]) -> None:

@@ -78,12 +78,15 @@ class Job:
         return suite.FRAMEWORKS[self.framework]
 
     def paths(self, out: Path) -> dict[str, Path]:
-        """Where the run's record, executed notebook and log end up, and its staging folder."""
+        """Where the run's record, executed notebook and log end up."""
         name = f"{self.framework}{'-' + self.variant if self.variant else ''}.ipynb"
         return {"record": out / "records" / self.profile / f"{self.key}.json",
                 "executed": out / "executed" / self.profile / self.task / name,
-                "log": out / "logs" / self.profile / f"{self.key}.log",
-                "staging": out / STAGING / self.profile / self.key}
+                "log": out / "logs" / self.profile / f"{self.key}.log"}
+
+    def staging(self, out: Path) -> Path:
+        """The folder a run in progress writes in: the same files as `paths`, under the same names."""
+        return out / STAGING / self.profile / self.key
 
 
 def split_names(values: list[str] | None, valid, what: str, parser) -> list[str]:
@@ -157,7 +160,11 @@ def parse_args(argv=None):
         p.exit(2, f"run_all.py: --jobs {args.jobs}: give 1 or more notebooks at a time\n")
     args.data = parse_data(args.data, p)
     args.timed = args.jobs == 1      # notebooks side by side share the machine: their times measure nothing
-    args.machine = args.machine or env.machine_name()
+    # What every record of this run is made from besides its notebook and pins (see inputs()), found once.
+    args.hardware = env.machine_name()
+    args.support = digest(*sorted((suite.ROOT / "support").glob("*.py")))
+    args.run_id = time.strftime("%Y%m%dT%H%M%S")
+    args.machine = args.machine or args.hardware
     return args
 
 
@@ -241,15 +248,15 @@ def notebook_parameters(job: Job, args, record_path: Path) -> dict:
     return {name: value for name, value in offered.items() if name in declared and value is not None}
 
 
-def inputs(job: Job, parameters: dict, timed: bool) -> dict:
+def inputs(job: Job, parameters: dict, args) -> dict:
     """What the record was made from: --resume reruns a notebook when any of these changed."""
     return {"parameters": {k: v for k, v in parameters.items() if k != "record_path"},
             "notebook": digest(job.notebook),
-            "support": digest(*sorted((suite.ROOT / "support").glob("*.py"))),
+            "support": args.support,
             "pins": digest(suite.REQUIREMENTS / f"{job.environment}.txt",
                            suite.REQUIREMENTS / f"{job.environment}-constraints.txt"),
-            "hardware": env.machine_name(),
-            "timed": timed}
+            "hardware": args.hardware,
+            "timed": args.timed}
 
 
 INPUT_CHANGES = {"notebook": "the notebook changed", "support": "support/ changed",
@@ -348,33 +355,33 @@ def run_job(job: Job, args, out: Path, active: Active) -> dict | None:
     """Run one notebook in a staging folder; when it has ended, its record, executed notebook and log
     replace the previous ones. Returns the record, or None where the run was interrupted (the
     previous record, notebook and log are then left as they were)."""
-    paths = job.paths(out)
-    staging = paths["staging"]
+    paths, staging = job.paths(out), job.staging(out)
+    staged = {key: staging / path.name for key, path in paths.items()}
     shutil.rmtree(staging, ignore_errors=True)          # a clean start: nothing from an earlier run
     staging.mkdir(parents=True)
-    record_path, executed, log = staging / "record.json", staging / paths["executed"].name, staging / "run.log"
-    parameters = notebook_parameters(job, args, record_path)
+    parameters = notebook_parameters(job, args, staged["record"])
     missing = [name for name in tasks.COMMON_PARAMETERS if name not in parameters]
     start = time.time()
     if missing:
         status, error = "failed", (f"{suite.shown(job.notebook)} declares no {', '.join(missing)} in its cell tagged "
                                    f"'parameters'; every notebook declares {', '.join(tasks.COMMON_PARAMETERS)}")
     else:
-        status, error = execute(job, args, parameters, executed, log, active)
+        status, error = execute(job, args, parameters, staged["executed"], staged["log"], active)
     if active.stopping.is_set():
         shutil.rmtree(staging, ignore_errors=True)
         return None
     if status == "ok":
         try:
-            record = read(record_path)
+            record = read(staged["record"])
         except (OSError, RecordError) as err:
             status, error = "failed", f"the notebook finished but left no valid record: {err}"
     if status != "ok":
         record = failed_record(job, args, status, error)
-    record.update(wall_s=round(time.time() - start, 1), timed=args.timed, inputs=inputs(job, parameters, args.timed),
+    record.update(wall_s=round(time.time() - start, 1), timed=args.timed, inputs=inputs(job, parameters, args),
                   run=args.run_id, executed_notebook=str(paths["executed"].relative_to(out)),
                   log=str(paths["log"].relative_to(out)))
-    commit(record, paths, out, staging)
+    commit(record, paths, staged, out)
+    shutil.rmtree(staging, ignore_errors=True)
     return record
 
 
@@ -397,8 +404,7 @@ def execute(job: Job, args, parameters: dict, executed: Path, log: Path, active:
         except subprocess.TimeoutExpired:
             kill_tree(proc.pid)
             return "timeout", f"no result after {timeout} s (raise the limit with --timeout)"
-        except BaseException:       # Ctrl-C: stop the notebook and its kernel too
-            active.stopping.set()
+        except BaseException:       # whatever stops this thread waiting, it leaves no kernel behind
             kill_tree(proc.pid)
             raise
         finally:
@@ -406,7 +412,7 @@ def execute(job: Job, args, parameters: dict, executed: Path, log: Path, active:
                 active.procs.discard(proc)
 
 
-def commit(record: dict, paths: dict, out: Path, staging: Path) -> None:
+def commit(record: dict, paths: dict, staged: dict, out: Path) -> None:
     """Swap the finished run in: executed notebook and log first, the record last. An ok record that a
     failed run replaces is kept under records/<profile>/superseded/, so no measurement is lost."""
     previous = paths["record"]
@@ -419,15 +425,13 @@ def commit(record: dict, paths: dict, out: Path, staging: Path) -> None:
                 record["superseded"] = str(kept.relative_to(out))
         except RecordError:
             pass
-    for name, target in (("executed", paths["executed"]), ("log", paths["log"])):
-        source = staging / (target.name if name == "executed" else "run.log")
-        target.parent.mkdir(parents=True, exist_ok=True)
-        if source.exists():
-            source.replace(target)
+    for key in ("executed", "log"):
+        paths[key].parent.mkdir(parents=True, exist_ok=True)
+        if staged[key].exists():
+            staged[key].replace(paths[key])
         else:
-            target.unlink(missing_ok=True)       # never leave an earlier run's copy beside this record
+            paths[key].unlink(missing_ok=True)      # never leave an earlier run's copy beside this record
     atomic_write_json(paths["record"], record)
-    shutil.rmtree(staging, ignore_errors=True)
 
 
 def summary_line(record: dict) -> str:
@@ -448,8 +452,7 @@ def run_suite(jobs: list[Job], args, out: Path) -> int:
     todo = []
     for job in jobs:
         if args.resume:
-            reason = why_rerun(previous_record(job, out),
-                               inputs(job, notebook_parameters(job, args, Path("r")), args.timed))
+            reason = why_rerun(previous_record(job, out), inputs(job, notebook_parameters(job, args, Path("r")), args))
             if reason is None:
                 bar.write(f"{job.title}: already ok, skipped (--resume)")
                 bar.update()
@@ -542,7 +545,6 @@ def sigterm_as_interrupt():
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    args.run_id = time.strftime("%Y%m%dT%H%M%S")
     out = args.results / args.machine
     jobs = plan(args)
     if args.list or not args.report_only:

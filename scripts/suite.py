@@ -49,7 +49,6 @@ VARIANTS = {
     ("cnn_cifar10", "mxnet"): ("api", ("gluon", "module")),       # Gluon and the symbolic Module API
     **{(name, "*"): ("mode", task.modes) for name, task in tasks.TASKS.items() if task.modes},
 }
-FRAMEWORK_PARAMETERS = {name for (_, f), (name, _) in VARIANTS.items() if f != "*"}   # backend, api
 
 # Does a framework's installed build see a GPU? Python run in its kernel's environment, printing
 # True or False; Keras asks its backend's framework. On a GPU machine `--profile auto` gives a

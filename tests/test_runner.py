@@ -173,7 +173,7 @@ def test_an_interrupted_run_keeps_its_records_and_stops_the_kernel(tmp_path):
     proc = subprocess.Popen([sys.executable, str(suite.ROOT / "scripts" / "run_all.py"), "--notebooks",
                              str(tmp_path / "notebooks"), "--results", str(tmp_path / "results"), "--machine", "box",
                              "--profile", "tiny", "--no-readme"], stdout=subprocess.PIPE, text=True)
-    hanging = out / ".staging" / "tiny" / "gru_imdb__pytorch" / "run.log"      # the run in progress
+    hanging = out / ".staging" / "tiny" / "gru_imdb__pytorch" / "gru_imdb__pytorch.log"      # the run in progress
     wait_for(lambda: hanging.exists() and "Executing Cell 4" in hanging.read_text(), what="the kernel to sleep")
     children = psutil.Process(proc.pid).children(recursive=True)
     proc.send_signal(signal.SIGINT)
@@ -254,7 +254,7 @@ def test_an_interrupted_rerun_leaves_the_previous_record_notebook_and_log(tmp_pa
     before = run_files(out)
     write_notebook(notebook, "gru_imdb", "pytorch", "import time\ntime.sleep(600)")
     proc = runner_process(tmp_path)
-    log = out / ".staging" / "tiny" / "gru_imdb__pytorch" / "run.log"
+    log = out / ".staging" / "tiny" / "gru_imdb__pytorch" / "gru_imdb__pytorch.log"
     wait_for(lambda: log.exists() and "Executing Cell 4" in log.read_text(), what="the kernel to reach the sleep")
     children = psutil.Process(proc.pid).children(recursive=True)
     proc.send_signal(sig)
