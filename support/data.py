@@ -34,7 +34,7 @@ from typing import Iterator
 import numpy as np
 
 from support.env import cache_dir
-from support.files import file_lock
+from support.files import file_lock, replacing, temporary_name
 
 SOURCES = ("auto", "real", "synthetic")
 
@@ -86,15 +86,13 @@ DOWNLOAD_TIMEOUT = 30   # seconds without data before a download gives up
 
 
 def download(url: str, dest: Path, algorithm: str, expected: str, timeout: float | None = None) -> Path:
-    """Fetch `url` to `dest` through a temporary file, keeping it only if its checksum matches.
-
-    A failed or cut-short transfer raises (OSError or http.client.HTTPException) and leaves no `.part`.
+    """Fetch `url` to `dest` through a temporary file (support.files.replacing), keeping it only if
+    its checksum matches. A failed or cut-short transfer raises (OSError or http.client.HTTPException)
+    and leaves nothing beside `dest`.
     """
     dest = Path(dest)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    part = dest.with_name(dest.name + ".part")
     print(f"downloading {url} -> {dest}", flush=True)
-    try:
+    with replacing(dest) as part:
         with urllib.request.urlopen(url, timeout=timeout or DOWNLOAD_TIMEOUT) as response, open(part, "wb") as f:
             for chunk in iter(lambda: response.read(1 << 20), b""):
                 f.write(chunk)
@@ -104,9 +102,6 @@ def download(url: str, dest: Path, algorithm: str, expected: str, timeout: float
             verify(part, algorithm, expected)
         except ChecksumError as err:
             raise ChecksumError(f"{dest}: downloaded from {url}, {str(err).split(': ', 1)[1]}") from None
-        part.replace(dest)
-    finally:
-        part.unlink(missing_ok=True)
     return dest
 
 
@@ -187,7 +182,7 @@ def _write_once(path: Path, writer, **kwargs) -> Path:
         return path
     with file_lock(path):
         if not path.exists():   # else another process wrote it while we waited for the lock
-            tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+            tmp = temporary_name(path)
             _remove(tmp)        # a leftover of a killed run that had our process id
             try:
                 writer(tmp, **kwargs)

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import os
 from contextlib import contextmanager
+from pathlib import Path
 
 try:
     import fcntl
 except ImportError:     # Windows: no flock, and no second runner to guard against there
     fcntl = None
-from pathlib import Path
 
 
 def temporary_name(path: Path) -> Path:

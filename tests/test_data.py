@@ -108,7 +108,7 @@ def test_download_with_a_bad_checksum_leaves_nothing_and_names_file_and_url(tmp_
     with pytest.raises(D.ChecksumError) as err:
         D.download(source.as_uri(), dest, "sha256", D.IMDB_SHA256)
     assert str(dest) in str(err.value) and source.as_uri() in str(err.value)
-    assert not dest.exists() and not list(dest.parent.glob("*.part"))
+    assert not dest.exists() and not list(dest.parent.iterdir())          # no temporary file either
 
 
 # --- downloads over HTTP: a loopback server with injected faults -------------------------------
@@ -212,7 +212,9 @@ def served(request, http_server, real_format_files, monkeypatch):
 
 
 def leftovers(cached: Path) -> list:
-    return sorted(p.name for p in cached.parent.glob("*.part")) if cached.parent.exists() else []
+    """Whatever lies beside the cached file but the file and its lock: a temporary file, say."""
+    keep = {cached.name, cached.name + ".lock"}
+    return sorted(p.name for p in cached.parent.iterdir() if p.name not in keep) if cached.parent.exists() else []
 
 
 def test_download_over_http_is_cached_checked_and_read_as_real(served):
