@@ -566,12 +566,70 @@ def main(argv=None) -> int:
         return 2
 
 
+# --- the run's metadata: the machine's peak before and after ---------------------------------------
+
+def calibrate(gpu: bool) -> dict | None:
+    """scripts/calibrate.py in the modern environment, in a process of its own (its threads and memory
+    leave with it): peak float32 matmul GFLOP/s per device, the harness overhead, the load average.
+    None, with one line saying why, where it cannot run: the rows then show no MFU."""
+    python = suite.venv_python("modern")
+    command = [str(python if python.exists() else sys.executable), str(suite.ROOT / "scripts" / "calibrate.py")]
+    try:
+        done = subprocess.run(command + (["--cuda"] if gpu else []), capture_output=True, text=True, timeout=600,
+                              env={**os.environ, **env.project_environment()}, cwd=suite.ROOT)
+        if done.returncode != 0:
+            raise RuntimeError((done.stderr.strip().splitlines() or ["no output"])[-1])
+        return json.loads(done.stdout.strip().splitlines()[-1])
+    except (OSError, subprocess.SubprocessError, RuntimeError, ValueError, IndexError) as err:
+        print(f"machine calibration failed ({err}); this run's rows get no MFU")
+        return None
+
+
+def run_metadata_path(out: Path, run_id: str) -> Path:
+    return out / "runs" / f"{run_id}.json"
+
+
+def start_run(jobs: list[Job], args, out: Path) -> dict:
+    """Measure the machine before the suite and write results/<machine>/runs/<run>.json."""
+    gpu = bool(env.gpu_names())
+    print("measuring this machine's peak float32 matmul FLOP/s (scripts/calibrate.py)")
+    before = calibrate(gpu)
+    meta = {"run": args.run_id, "profiles": sorted({job.profile for job in jobs if job.profile}),
+            "argv": args.argv, "timed": args.timed, "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "calibration": {"before": before["peaks"]} if before else {},
+            "load_before": before["load"] if before else list(os.getloadavg()),
+            "harness_overhead_s": before["harness_overhead_s"] if before else None, "gpu": gpu}
+    if before:
+        for key, peak in before["peaks"].items():
+            print(f"  {key}: {peak['gflops']:.1f} GFLOP/s (median of {peak['repeats']}, {peak['library']})")
+    atomic_write_json(run_metadata_path(out, args.run_id), meta)
+    meta["_t0"] = time.monotonic()
+    return meta
+
+
+def end_run(meta: dict, out: Path) -> None:
+    """Measure the machine again after the suite: the same workload, so a drift shows in results.md."""
+    after = calibrate(meta["gpu"])
+    t0 = meta.pop("_t0")
+    meta.update({"ended": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "wall_s": time.monotonic() - t0,
+                 "load_after": after["load"] if after else list(os.getloadavg())})
+    if after:
+        meta["calibration"]["after"] = after["peaks"]
+        for key, peak in after["peaks"].items():
+            first = meta["calibration"].get("before", {}).get(key)
+            change = f" ({100 * (peak['gflops'] / first['gflops'] - 1):+.1f}% from the start)" if first else ""
+            print(f"  {key} after the suite: {peak['gflops']:.1f} GFLOP/s{change}")
+    atomic_write_json(run_metadata_path(out, meta["run"]), meta)
+
+
 def run_and_report(jobs: list[Job], args, out: Path) -> int:
     failures, reader_ok = 0, True
     try:
         if not args.report_only:
             with sigterm_as_interrupt():
+                meta = start_run(jobs, args, out)
                 failures = run_suite(jobs, args, out)
+                end_run(meta, out)
     except KeyboardInterrupt:
         print("interrupted: every record written before is kept, and the runs in progress left the previous "
               "ones untouched; --resume carries on from there")

@@ -114,6 +114,16 @@ def git_commit(root: Path = ROOT) -> str:
     return (commit + ("-dirty" if dirty else "")) or "unknown"
 
 
+def peak_host_memory() -> int | None:
+    """The peak resident memory of this process so far, in bytes (None where the OS does not say)."""
+    try:
+        import resource
+    except ImportError:          # Windows
+        return None
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(peak) * (1 if sys.platform == "darwin" else 1024)   # macOS counts bytes, Linux KiB
+
+
 def describe(framework: str, version: str, device: str, threads: int | None = None, **extra) -> dict:
     """Everything a record says about where it was measured; `extra` takes e.g. cuda, cudnn (None: left out)."""
     import numpy as np

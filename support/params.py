@@ -1,8 +1,12 @@
 """The numbers every framework's notebook of a task shares, in three profiles.
 
 - `full`: the seed's settings (ilkarman/DeepLearningFrameworks), for a GPU.
-- `cpu`:  scaled down so the whole suite on a 2-core CPU finishes well under an hour, while
-          each timing is still a steady-state measurement (warm-up excluded, several repeats).
+- `cpu`:  scaled down so the whole suite on a 2-core CPU finishes within about 45 minutes, while
+          each timing is still a steady-state measurement (warm-up excluded, at least 7 repeats).
+
+Training tasks take two measurements (support.timing): the epochs end to end (`epochs`, the first
+`warmup_epochs` apart) and the steady-state steps on one batch held in memory (`warmup_steps`, then
+`step_repeats` repeats of `steps_per_repeat` steps).
 - `tiny`: seconds per notebook, for CI smoke tests.
 
 `load(task, profile)` resolves "auto" to `full` where a GPU is seen and `cpu` otherwise, and
@@ -28,6 +32,9 @@ class CNNParams:
     n_train: int | None = None
     n_test: int | None = None
     warmup_epochs: int = 1
+    warmup_steps: int = 20        # steady-state steps: untimed first (DLPerf skips 20) ...
+    step_repeats: int = 7         # ... then this many repeats ...
+    steps_per_repeat: int = 20    # ... of this many steps
     seed: int = 42
 
 
@@ -46,6 +53,9 @@ class GRUParams:
     n_train: int | None = None
     n_test: int | None = None
     warmup_epochs: int = 1
+    warmup_steps: int = 20
+    step_repeats: int = 7
+    steps_per_repeat: int = 20
     seed: int = 42
 
 
@@ -64,7 +74,11 @@ class DenseNetParams:
     synthetic_px: int = 1024      # side of the PNGs written when real data is absent
     ram_n_train: int = 2048       # images held in RAM in the "ram" mode (synthetic, no input pipeline)
     ram_n_test: int = 512
+    bn_momentum: float = 0.9      # running stats: new = momentum * old + (1 - momentum) * batch (PyTorch: 1 - this)
     warmup_epochs: int = 1
+    warmup_steps: int = 10
+    step_repeats: int = 7
+    steps_per_repeat: int = 10
     seed: int = 42
 
 
@@ -73,8 +87,8 @@ class ResNetParams:
     """ResNet-50 forward pass to the 2048-d pooled features, in inference mode."""
     profile: str
     batch_size: int = 32
-    n_batches: int = 40           # timed batches
-    warmup_batches: int = 3       # untimed (cold) batches first
+    n_batches: int = 40           # timed batches (at least 7)
+    warmup_batches: int = 3       # untimed batches first (the first is the first step)
     image_size: int = 224
     n_features: int = 2048
     seed: int = 42
@@ -83,25 +97,28 @@ class ResNetParams:
 _PROFILES = {
     "cnn_cifar10": {
         "full": CNNParams("full"),
-        "cpu": CNNParams("cpu", epochs=4, n_train=2048, n_test=1000),
-        "tiny": CNNParams("tiny", epochs=3, batch_size=32, n_train=512, n_test=256),
+        "cpu": CNNParams("cpu", epochs=4, n_train=2048, n_test=1000, warmup_steps=3, steps_per_repeat=4),
+        "tiny": CNNParams("tiny", epochs=6, batch_size=32, n_train=512, n_test=256, warmup_steps=1,
+                          steps_per_repeat=1),
     },
     "gru_imdb": {
         "full": GRUParams("full"),
-        "cpu": GRUParams("cpu", epochs=4, n_train=2560, n_test=2000),
-        "tiny": GRUParams("tiny", epochs=5, batch_size=32, n_train=512, n_test=256),   # 3 epochs: 0.67-0.9 by seed
+        "cpu": GRUParams("cpu", epochs=4, n_train=2560, n_test=2000, warmup_steps=3, steps_per_repeat=5),
+        "tiny": GRUParams("tiny", epochs=5, batch_size=32, n_train=512, n_test=256, warmup_steps=1,
+                          steps_per_repeat=1),   # 3 epochs: 0.67-0.9 by seed
     },
     "densenet_chestxray": {
         "full": DenseNetParams("full"),
         "cpu": DenseNetParams("cpu", epochs=3, batch_size=8, n_train=32, n_test=32,
-                              ram_n_train=32, ram_n_test=32),
+                              ram_n_train=32, ram_n_test=32, warmup_steps=2, steps_per_repeat=1),
         "tiny": DenseNetParams("tiny", epochs=2, batch_size=4, image_size=64, resize=72,
-                               n_train=16, n_test=16, synthetic_px=128, ram_n_train=16, ram_n_test=16),
+                               n_train=16, n_test=16, synthetic_px=128, ram_n_train=16, ram_n_test=16,
+                               warmup_steps=1, steps_per_repeat=1),
     },
     "resnet50_features": {
         "full": ResNetParams("full"),
-        "cpu": ResNetParams("cpu", batch_size=16, n_batches=6, warmup_batches=1),
-        "tiny": ResNetParams("tiny", batch_size=4, n_batches=2, warmup_batches=1, image_size=64),
+        "cpu": ResNetParams("cpu", batch_size=16, n_batches=7, warmup_batches=2),
+        "tiny": ResNetParams("tiny", batch_size=4, n_batches=7, warmup_batches=1, image_size=64),
     },
 }
 

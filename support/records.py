@@ -12,12 +12,16 @@ import json
 import math
 from pathlib import Path
 
-from support import tasks
+from support import env, flops, tasks
 from support.files import atomic_write
 from support.params import as_dict
 from support.timing import describe
 
-SCHEMA = 1
+# Schema 2 adds what a benchmark-grade row needs: the steady-state steps, the first step and the
+# compilation apart, the peak memory, the FLOPs per sample and the metric after every epoch.
+# Schema 1 records (written before) are still read; their rows show those columns empty.
+SCHEMA = 2
+SCHEMAS = (1, 2)
 STATUSES = ("ok", "failed", "timeout")
 DATA_KINDS = ("real", "synthetic")
 # The metric each task's table shows beside the time (None: the task measures speed only).
@@ -67,6 +71,15 @@ _FIELDS = {
     "compile_s": (lambda v: v is None or (_number(v) and v >= 0), "a number >= 0"),
     "timed": (lambda v: isinstance(v, bool), "true or false"),
     "inputs": (lambda v: isinstance(v, dict), "an object"),
+    "first_step_s": (lambda v: _number(v) and v > 0, "a number > 0"),
+    "steps": (lambda v: isinstance(v, dict), "an object"),
+    "memory": (lambda v: isinstance(v, dict) and all(v.get(k) is None or (isinstance(v[k], int) and v[k] > 0)
+                                                     for k in ("host_peak_bytes", "device_peak_bytes")),
+               "an object with host_peak_bytes and device_peak_bytes, each a positive integer or null"),
+    "flops": (lambda v: isinstance(v, dict) and _number(v.get("forward")) and v["forward"] > 0
+              and (v.get("train") is None or (_number(v["train"]) and v["train"] > 0)),
+              "an object with forward (and train) FLOPs per sample, positive numbers"),
+    "curve": (lambda v: isinstance(v, list) and len(v) > 0 and all(_number(x) for x in v), "a list of numbers"),
     "parity": (lambda v: isinstance(v, dict) and _number(v.get("max_rel_error")) and v["max_rel_error"] >= 0,
                "an object with max_rel_error a finite number >= 0"),
     **{k: (lambda v: isinstance(v, str), "a string") for k in ("executed_notebook", "log", "superseded", "run")},
@@ -84,8 +97,8 @@ def validate(record) -> dict:
     for key, (ok, wanted) in _FIELDS.items():
         if key in record:
             _expect(key, record[key], ok(record[key]), wanted)
-    if record["schema"] != SCHEMA:
-        raise RecordError(f"record schema {record['schema']} is not {SCHEMA}")
+    if record["schema"] not in SCHEMAS:
+        raise RecordError(f"record schema {record['schema']} is not one of {', '.join(map(str, SCHEMAS))}")
     if record["task"] not in tasks.TASKS:
         raise RecordError(f"unknown task {record['task']!r}")
     for key in _ENVIRONMENT_STRINGS:
@@ -103,38 +116,83 @@ def validate(record) -> dict:
         raise RecordError(f"{record['task']} records need metrics[{metric!r}] as a number")
     if not (isinstance(record["n_parameters"], int) and record["n_parameters"] > 0):
         raise RecordError(f"n_parameters {record['n_parameters']!r} is not a positive integer")
+    if record["schema"] >= 2:
+        _validate_benchmark(record)
     return record
 
 
-def _validate_timing(timing: dict) -> None:
+def _validate_benchmark(record: dict) -> None:
+    """Schema 2: the fields of a benchmark-grade row."""
+    task = tasks.get(record["task"])
+    needed = ["first_step_s", "memory", "flops"] + (["steps"] if task.unit == "epoch" else []) + (
+        ["curve"] if task.metric else [])
+    missing = [k for k in needed if k not in record]
+    if missing:
+        raise RecordError(f"record lacks {', '.join(missing)}")
+    if "steps" in record:
+        _validate_timing(record["steps"], "steps")
+        if record["steps"]["n"] < 2:
+            raise RecordError(f"steps.n is {record['steps']['n']}: the steady state needs several repeats")
+        if not _number(record["steps"].get("samples_per_s")):
+            raise RecordError("steps.samples_per_s is not a number: pass samples= (the global batch)")
+    if task.metric and not math.isclose(record["curve"][-1], record["metrics"][task.metric], rel_tol=1e-6,
+                                        abs_tol=1e-9):
+        raise RecordError(f"curve ends at {record['curve'][-1]!r}, not at the final {task.metric} "
+                          f"{record['metrics'][task.metric]!r}")
+
+
+def _validate_timing(timing: dict, name: str = "timing") -> None:
     missing = [k for k in TIMING_REQUIRED if k not in timing]
     if missing:
-        raise RecordError(f"timing lacks {', '.join(missing)}")
-    _expect("timing.unit", timing["unit"], isinstance(timing["unit"], str), "a string")
+        raise RecordError(f"{name} lacks {', '.join(missing)}")
+    _expect(f"{name}.unit", timing["unit"], isinstance(timing["unit"], str), "a string")
     if not (_number(timing["median_s"]) and timing["median_s"] > 0):
-        raise RecordError(f"timing median {timing['median_s']!r} is not a positive number")
-    for key in ("iqr_s", "cv", "q1_s", "q3_s", "mean_s", "std_s", "min_s", "max_s"):
+        raise RecordError(f"{name} median {timing['median_s']!r} is not a positive number")
+    for key in ("iqr_s", "cv", "q1_s", "q3_s", "mean_s", "std_s", "min_s", "max_s", "p95_s"):
         if key in timing:
-            _expect(f"timing.{key}", timing[key], _number(timing[key]) and timing[key] >= 0, "a number >= 0")
+            _expect(f"{name}.{key}", timing[key], _number(timing[key]) and timing[key] >= 0, "a number >= 0")
     n = timing["n"]
-    _expect("timing.n", n, isinstance(n, int) and not isinstance(n, bool) and n >= 1, "an integer >= 1")
+    _expect(f"{name}.n", n, isinstance(n, int) and not isinstance(n, bool) and n >= 1, "an integer >= 1")
     for key in ("warmup_s", "laps_s"):
         laps = timing.get(key, [])
-        _expect(f"timing.{key}", laps, isinstance(laps, list) and all(_number(x) for x in laps), "a list of numbers")
+        _expect(f"{name}.{key}", laps, isinstance(laps, list) and all(_number(x) for x in laps), "a list of numbers")
+    if "laps_s" in timing and len(timing["laps_s"]) != n:
+        raise RecordError(f"{name}.laps_s holds {len(timing['laps_s'])} laps, not n = {n}")
     rate = timing["samples_per_s"]
-    _expect("timing.samples_per_s", rate, rate is None or (_number(rate) and rate >= 0), "a number >= 0 (or null)")
+    _expect(f"{name}.samples_per_s", rate, rate is None or (_number(rate) and rate >= 0), "a number >= 0 (or null)")
 
 
 def write(path, *, task: str, framework: str, params, data: str, timing: dict, metrics: dict,
-          n_parameters: int, environment: dict, variant: str = "", extra: dict | None = None) -> dict:
-    """Validate and write the record of a successful run; with path None, only print it."""
+          n_parameters: int, environment: dict, first_step_s: float, compile_s: float | None = None,
+          steps: dict | None = None, curve: list | None = None, device_peak_bytes: int | None = None,
+          variant: str = "", extra: dict | None = None) -> dict:
+    """Validate and write the record of a successful run; with path None, only print it.
+
+    timing: the end-to-end laps (`Stopwatch.summary()`: epochs, or batches for inference);
+    steps: the steady-state steps on data in memory (`timing.steady_state`, training tasks);
+    first_step_s: the first step's total time, any compilation in it included;
+    compile_s: the compilation alone where the framework compiles (None: it runs eagerly);
+    curve: the metric after every epoch (its last value is `metrics`' own);
+    device_peak_bytes: the accelerator allocator's peak (None on the CPU).
+    The host's peak resident memory and the model's FLOPs per sample are added here.
+    """
+    if task not in tasks.TASKS:
+        raise RecordError(f"unknown task {task!r}")
     record = {"schema": SCHEMA, "task": task, "framework": framework, "variant": variant, "status": "ok",
               "profile": params.profile, "data": data, "params": as_dict(params), "timing": timing,
               "metrics": metrics, "n_parameters": int(n_parameters), "environment": environment,
+              "first_step_s": float(first_step_s), "compile_s": None if compile_s is None else float(compile_s),
+              "memory": {"host_peak_bytes": env.peak_host_memory(),
+                         "device_peak_bytes": None if device_peak_bytes is None else int(device_peak_bytes)},
+              "flops": flops.per_sample(task, params),
+              **({"steps": steps} if steps is not None else {}),
+              **({"curve": [float(v) for v in curve]} if curve is not None else {}),
               **(extra or {})}
     validate(record)
     shown = ", ".join(f"{k} {v:.4f}" for k, v in metrics.items() if isinstance(v, float))
     print(f"{task} / {framework}{' / ' + variant if variant else ''}: {describe(timing)}; {shown}")
+    if steps is not None:
+        print(f"steady state: {describe(steps)}")
     if path:
         atomic_write_json(path, record)
         print(f"record written to {path}")

@@ -1,5 +1,11 @@
 """Benchmark timing: warm-up, repeats, synchronisation, robust statistics.
 
+Three measurements, as DLPerf and NVIDIA's reference scripts take them:
+- `Stopwatch`: the end-to-end time of repeated blocks (epochs with their input pipeline, batches);
+- `steady_state`: the compute throughput, steps on data already in memory, after warm-up steps, in
+  at least 7 repeats of a fixed number of steps, synchronised only at each repeat's two ends;
+- `timed`: one call's time (a compilation, the first step).
+
 A `Stopwatch` times repeated blocks (epochs, batches). The first `warmup` laps are recorded
 separately (they hold compilation, autotuning, caches filling) and the rest give the median,
 the interquartile range, the coefficient of variation and the throughput. Frameworks that run
@@ -26,12 +32,13 @@ def stats(seconds) -> dict:
     t = np.asarray(seconds, dtype=np.float64)
     if t.size == 0:
         raise ValueError("no timed laps: run more repeats than warm-up laps")
-    q1, median, q3 = np.percentile(t, [25, 50, 75])
+    q1, median, q3, p95 = np.percentile(t, [25, 50, 75, 95])
     mean = t.mean()
     std = t.std(ddof=1) if t.size > 1 else 0.0
     return {"n": int(t.size), "median_s": float(median), "q1_s": float(q1), "q3_s": float(q3),
             "iqr_s": float(q3 - q1), "mean_s": float(mean), "std_s": float(std),
-            "cv": float(std / mean) if mean > 0 else 0.0, "min_s": float(t.min()), "max_s": float(t.max())}
+            "cv": float(std / mean) if mean > 0 else 0.0, "min_s": float(t.min()), "max_s": float(t.max()),
+            "p95_s": float(p95)}
 
 
 class Stopwatch:
@@ -76,6 +83,58 @@ def benchmark(fn: Callable[[], object], repeats: int, warmup: int = 1, samples: 
         with watch.lap(samples):
             fn()
     return watch.summary()
+
+
+MIN_REPEATS = 7   # DLPerf's count of runs; fewer give an IQR and a CV that mean little
+
+
+def steady_state(step: Callable[[], object], *, steps: int, repeats: int = MIN_REPEATS, warmup: int = 2,
+                 samples: int = 0, sync: Callable[[], object] | None = None,
+                 clock: Callable[[], float] = time.perf_counter) -> dict:
+    """Compute throughput: `warmup` untimed steps, then `repeats` laps of `steps` calls of `step`.
+
+    `step()` runs one training step on a batch already on the device; `samples` is its global batch.
+    `sync` waits for the device; it runs after the warm-up and at each repeat's two ends, never
+    between steps, so an asynchronous framework keeps its queue full. The statistics are of the
+    time per step (each repeat's time / `steps`); every repeat is kept in `laps_s`.
+    """
+    if repeats < 1 or steps < 1:
+        raise ValueError(f"steady_state needs steps >= 1 and repeats >= 1, not steps={steps}, repeats={repeats}")
+    for _ in range(warmup):
+        step()
+    watch = Stopwatch("step", warmup=0, sync=sync, clock=clock)
+    for _ in range(repeats):
+        with watch.lap(samples):
+            for _ in range(steps):
+                step()
+    per_step = [lap / steps for lap in watch.laps]
+    out = {"unit": "step", **stats(per_step), "warmup_steps": warmup, "steps_per_repeat": steps,
+           "warmup_s": [], "laps_s": per_step}
+    out["samples_per_s"] = samples / out["median_s"] if samples and out["median_s"] > 0 else None
+    return out
+
+
+def timed(fn: Callable[[], object], sync: Callable[[], object] | None = None,
+          clock: Callable[[], float] = time.perf_counter) -> tuple[object, float]:
+    """Call `fn` once; return its result and the seconds it took (with `sync` at both ends)."""
+    if sync:
+        sync()
+    start = clock()
+    result = fn()
+    if sync:
+        sync()
+    return result, clock() - start
+
+
+def overhead(laps: int = 2000, clock: Callable[[], float] = time.perf_counter) -> float:
+    """The harness's own cost per lap in seconds: the wall time of `laps` empty Stopwatch laps (no
+    sync), divided by `laps`; compare it with a repeat's time to see what the harness adds."""
+    watch = Stopwatch("lap", warmup=0, clock=clock)
+    start = time.perf_counter()
+    for _ in range(laps):
+        with watch.lap():
+            pass
+    return (time.perf_counter() - start) / laps
 
 
 def describe(summary: dict) -> str:

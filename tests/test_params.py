@@ -1,19 +1,29 @@
 """support.params: one source of numbers, three profiles, clear errors."""
 import pytest
 
-from support import params
+from support import params, tasks, timing
 
 
 @pytest.mark.parametrize("task", params.TASKS)
 def test_every_task_has_every_profile_and_they_shrink(task):
     full, cpu, tiny = (params.load(task, p) for p in ("full", "cpu", "tiny"))
     assert (full.profile, cpu.profile, tiny.profile) == ("full", "cpu", "tiny")
-    size = lambda P: getattr(P, "n_train", None) or getattr(P, "n_batches")   # noqa: E731
     if task != "resnet50_features":
         assert full.n_train is None and cpu.n_train > tiny.n_train
-    else:
-        assert full.n_batches > cpu.n_batches > tiny.n_batches
-    assert size(tiny) <= size(cpu)
+    else:       # every profile times at least 7 batches; the smaller ones take smaller batches and images
+        assert full.n_batches >= cpu.n_batches >= tiny.n_batches
+        work = lambda P: P.n_batches * P.batch_size * P.image_size ** 2   # noqa: E731
+        assert work(full) > work(cpu) > work(tiny)
+
+
+@pytest.mark.parametrize("task", tasks.NAMES)
+@pytest.mark.parametrize("profile", tasks.PROFILES)
+def test_every_profile_times_at_least_seven_steady_state_repeats(task, profile):
+    P = params.load(task, profile)
+    repeats = P.n_batches if task == "resnet50_features" else P.step_repeats
+    assert repeats >= timing.MIN_REPEATS == 7
+    if task != "resnet50_features":
+        assert P.steps_per_repeat >= 1 and P.warmup_steps >= 1
 
 
 def test_full_is_the_seed_settings():

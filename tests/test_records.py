@@ -6,11 +6,16 @@ import pytest
 from support import params, records, timing
 
 
+def steady(samples: int = 4) -> dict:
+    return timing.steady_state(lambda: None, steps=2, samples=samples)
+
+
 def good_record(tmp_path, **changes):
     P = params.load("cnn_cifar10", "tiny")
     summary = timing.benchmark(lambda: None, repeats=2, warmup=1, samples=4)
     kwargs = dict(task="cnn_cifar10", framework="pytorch", params=P, data="synthetic", timing=summary,
-                  metrics={"accuracy": 0.5}, n_parameters=10, environment={"machine": "m"})
+                  metrics={"accuracy": 0.5}, n_parameters=10, environment={"machine": "m"}, first_step_s=0.1,
+                  steps=steady(), curve=[0.3, 0.5])
     kwargs.update(changes)
     path = tmp_path / "r" / "record.json"
     return path, records.write(path, **kwargs)
@@ -27,7 +32,7 @@ def test_write_without_a_path_only_prints(tmp_path, capsys):
     P = params.load("gru_imdb", "tiny")
     records.write(None, task="gru_imdb", framework="x", params=P, data="real",
                   timing=timing.benchmark(lambda: None, 1), metrics={"accuracy": 0.9}, n_parameters=3,
-                  environment={})
+                  environment={}, first_step_s=0.1, steps=steady(), curve=[0.9])
     assert "gru_imdb / x" in capsys.readouterr().out and not list(tmp_path.iterdir())
 
 
@@ -42,6 +47,44 @@ def test_write_without_a_path_only_prints(tmp_path, capsys):
 def test_bad_records_are_refused_with_the_reason(tmp_path, change, message):
     with pytest.raises(records.RecordError, match=message):
         good_record(tmp_path, **change)
+
+
+@pytest.mark.parametrize("change, message", [
+    (dict(curve=[0.3, 0.4]), "curve ends at 0.4, not at the final accuracy 0.5"),
+    (dict(curve=[]), "curve is list \\[\\], not a list of numbers"),
+    (dict(curve=None), "record lacks curve"),
+    (dict(steps=None), "record lacks steps"),
+    (dict(steps=timing.steady_state(lambda: None, steps=1, repeats=1, samples=4)), "steady state needs several"),
+    (dict(steps=timing.steady_state(lambda: None, steps=1)), "steps.samples_per_s is not a number"),
+    (dict(first_step_s=0.0), "first_step_s is float 0.0, not a number > 0"),
+    (dict(compile_s=-1.0), "compile_s is float -1.0, not a number >= 0"),
+    (dict(device_peak_bytes=-5), "memory is dict .* positive integer or null"),
+])
+def test_a_benchmark_field_missing_or_wrong_is_refused_naming_it(tmp_path, change, message):
+    with pytest.raises(records.RecordError, match=message):
+        good_record(tmp_path, **change)
+
+
+def test_a_record_carries_memory_flops_and_the_first_step(tmp_path):
+    _, r = good_record(tmp_path, compile_s=1.5, device_peak_bytes=2 ** 30)
+    assert r["schema"] == 2 and r["first_step_s"] == 0.1 and r["compile_s"] == 1.5
+    assert r["memory"]["device_peak_bytes"] == 2 ** 30 and r["memory"]["host_peak_bytes"] > 2 ** 20   # bytes, not KiB
+    assert r["flops"] == {"forward": 124528640, "train": 370821120}        # the CNN's, from support.flops
+    assert r["steps"]["n"] == 7 and len(r["steps"]["laps_s"]) == 7 and r["curve"] == [0.3, 0.5]
+    inference = dict(task="resnet50_features", params=params.load("resnet50_features", "tiny"),
+                     metrics={"images_per_s": 9.0}, steps=None, curve=None)
+    _, r = good_record(tmp_path, **inference)
+    assert r["flops"]["train"] is None and "steps" not in r and "curve" not in r
+
+
+def test_schema_1_records_are_still_read(tmp_path):
+    path, r = good_record(tmp_path)
+    old = {k: v for k, v in r.items() if k not in ("first_step_s", "memory", "flops", "steps", "curve")}
+    assert records.validate(old | {"schema": 1})["schema"] == 1
+    with pytest.raises(records.RecordError, match="record lacks first_step_s, memory, flops, steps, curve"):
+        records.validate(old)
+    with pytest.raises(records.RecordError, match="schema 3 is not one of 1, 2"):
+        records.validate(r | {"schema": 3})
 
 
 def test_failed_records_must_carry_their_error(tmp_path):

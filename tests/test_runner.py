@@ -18,7 +18,10 @@ import numpy as np
 from support import params, records, timing
 P = params.load(TASK, profile)
 summary = timing.benchmark(lambda: np.ones(10).sum(), repeats=3, warmup=1, samples=10)
+training = METRIC != "images_per_s"
+steps = timing.steady_state(lambda: np.ones(10).sum(), steps=2, samples=10) if training else None
 records.write(record_path, task=TASK, framework=FRAMEWORK, params=P, data="synthetic", timing=summary,
+              steps=steps, first_step_s=0.01, curve=[0.5, 0.75] if training else None,
               metrics={METRIC: 0.75}, n_parameters=123, environment={"numpy": np.__version__, "machine": "test"})
 """
 BODIES = {
@@ -30,6 +33,25 @@ BODIES = {
 }
 METRICS = {name: task.metric or "images_per_s" for name, task in tasks.TASKS.items()}
 DECLARED = "profile = 'auto'\ndata = 'auto'\nrecord_path = None\nmode = 'loader'"
+
+
+PEAKS = {"cpu/float32": {"device": "cpu", "dtype": "float32", "n": 64, "repeats": 7, "gflops": 100.0,
+                          "gflops_max": 110.0, "laps_s": [0.1] * 7, "library": "test"}}
+CALIBRATIONS = []
+REAL_CALIBRATE = run_all.calibrate
+
+
+def fake_calibrate(gpu):
+    """The machine's measurement, without spending seconds of matmuls in every runner test."""
+    CALIBRATIONS.append(gpu)
+    return {"peaks": PEAKS, "harness_overhead_s": 1e-6, "load": [0.5, 0.4, 0.3], "date": "now"}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def no_calibration():
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(run_all, "calibrate", fake_calibrate)
+        yield
 
 
 def write_notebook(path, task, framework, body, declared=DECLARED):
@@ -70,6 +92,23 @@ def test_ok_notebooks_write_their_records_in_both_kernels(suite_run):
         assert (out / r["executed_notebook"]).exists() and r["wall_s"] > 0
     assert record(out, "gru_imdb__mxnet")["environment"]["numpy"] == "1.23.5"       # the legacy kernel
     assert record(out, "gru_imdb__pytorch")["environment"]["numpy"].startswith("2.")
+
+
+def test_the_run_measures_the_machine_before_and_after_and_records_name_it(suite_run):
+    _, out, _ = suite_run
+    (run,) = (out / "runs").glob("*.json")
+    meta = json.loads(run.read_text())
+    assert meta["calibration"] == {"before": PEAKS, "after": PEAKS} and meta["load_after"] == [0.5, 0.4, 0.3]
+    assert meta["harness_overhead_s"] == 1e-6 and meta["wall_s"] > 0 and meta["profiles"] == ["tiny"]
+    assert record(out, "gru_imdb__pytorch")["run"] == meta["run"] == run.stem
+
+
+def test_a_calibration_that_cannot_run_is_one_line_and_leaves_the_rows_without_mfu(monkeypatch, capsys):
+    monkeypatch.setattr(suite, "venv_python", lambda env: suite.ROOT / "no-such-python")
+    monkeypatch.setattr(run_all.sys, "executable", str(suite.ROOT / "no-such-python"))
+    assert REAL_CALIBRATE(False) is None
+    (line,) = capsys.readouterr().out.strip().splitlines()
+    assert line.startswith("machine calibration failed (") and "no-such-python" in line and "no MFU" in line
 
 
 def test_a_raising_notebook_is_recorded_with_its_exception(suite_run):
@@ -183,6 +222,10 @@ def test_an_interrupted_run_keeps_its_records_and_stops_the_kernel(tmp_path):
     assert "cnn_cifar10,pytorch,,ok" in (out / "results.csv").read_text()
     gone, alive = psutil.wait_procs(children, timeout=10)
     assert not alive, f"left running: {[p.cmdline() for p in alive]}"
+    (run,) = (out / "runs").glob("*.json")            # measured before the suite (a real calibration) ...
+    meta = json.loads(run.read_text())
+    assert meta["calibration"]["before"]["cpu/float32"]["gflops"] > 0 and len(meta["load_before"]) == 3
+    assert "after" not in meta["calibration"] and "ended" not in meta     # ... and not after: it never ended
 
 
 def test_every_module_reads_its_tasks_from_the_registry():
@@ -401,11 +444,12 @@ def test_mixed_profiles_in_the_readme_table_are_labelled(tmp_path):
         records.write(tmp_path / "records" / profile / f"gru_imdb__{framework}.json", task="gru_imdb",
                       framework=framework, params=params.load("gru_imdb", profile), data="synthetic",
                       timing=timing.benchmark(lambda: None, 2, samples=4), metrics={"accuracy": 0.9},
+                      steps=timing.steady_state(lambda: None, steps=1, samples=4), first_step_s=0.1, curve=[0.9],
                       n_parameters=1, environment={"machine": "box"})
     table = report.readme_table(report.load_rows(tmp_path), "box")
     assert "compare times only between lines of one profile" in table
     lines = [line for line in table.splitlines() if line.startswith("| ")]
-    assert lines[0].startswith("| framework | profile | CNN s/epoch (accuracy) |")
+    assert lines[0].startswith("| framework | profile | step ms |")
     assert [line.split(" | ")[:2] for line in lines[1:]] == [["| pytorch", "full"], ["| tensorflow", "cpu"],
                                                             ["| jax", "full"]]
 

@@ -58,3 +58,34 @@ def test_describe_is_one_readable_line():
     s = timing.benchmark(lambda: None, repeats=3, warmup=1, samples=4, clock=FakeClock([5.0, 2.0, 2.0, 2.0]))
     line = timing.describe(s)
     assert line.startswith("median 2 s per batch") and "warm-up 5 s" in line and "2.0 samples/s" in line
+
+
+def test_steady_state_syncs_only_at_each_repeats_ends_and_keeps_every_repeat():
+    events = []
+    clock = FakeClock([0.3, 0.6, 0.3, 0.3, 0.9, 0.3, 0.3])          # each repeat's time, for 3 steps
+    s = timing.steady_state(lambda: events.append("step"), steps=3, repeats=7, warmup=2, samples=8,
+                            sync=lambda: events.append("sync"), clock=clock)
+    assert events[:3] == ["step", "step", "sync"]                    # warm-up, then the first repeat's start
+    assert events[2:8] == ["sync", "step", "step", "step", "sync", "sync"]   # never between steps
+    assert events.count("step") == 2 + 7 * 3 and events.count("sync") == 2 * 7
+    assert s["unit"] == "step" and s["n"] == 7 and s["steps_per_repeat"] == 3 and s["warmup_steps"] == 2
+    assert s["laps_s"] == pytest.approx([0.1, 0.2, 0.1, 0.1, 0.3, 0.1, 0.1])     # per step
+    assert s["median_s"] == pytest.approx(0.1) and s["max_s"] == pytest.approx(0.3) and s["min_s"] == pytest.approx(0.1)
+    assert s["samples_per_s"] == pytest.approx(80.0)                  # the global batch / the median step
+    assert s["p95_s"] == pytest.approx(0.27)
+
+
+def test_steady_state_refuses_zero_steps_or_repeats():
+    with pytest.raises(ValueError, match="steps=0, repeats=7"):
+        timing.steady_state(lambda: None, steps=0)
+
+
+def test_timed_returns_the_result_and_its_time_with_sync_at_both_ends():
+    events = []
+    result, seconds = timing.timed(lambda: events.append("work") or 42, sync=lambda: events.append("sync"),
+                                   clock=FakeClock([2.5]))
+    assert (result, seconds) == (42, 2.5) and events == ["sync", "work", "sync"]
+
+
+def test_the_harness_overhead_is_a_small_positive_time():
+    assert 0 < timing.overhead(laps=200) < 1e-3       # a lap's bookkeeping, not a step

@@ -1,0 +1,83 @@
+"""This machine's peak matrix-multiply FLOP/s, and the harness's own cost: what MFU is measured against.
+
+The runner calls it before and after the suite (`run_all.py` runs it in the modern environment) and
+keeps both answers in the run's metadata, results/<machine>/runs/<run>.json: the first is the
+peak each row's MFU divides by, the second says whether the machine stayed as fast through the
+run (results.md warns when they differ by more than 10%).
+
+The measurement is the one every MFU figure uses: a large float32 matrix multiply, warm-up calls
+first, then repeats of several calls each; the median repeat gives GFLOP/s = 2 n^3 / time. It
+runs through PyTorch where it is installed (oneDNN/MKL on the CPU, cuBLAS with TF32 off on a GPU,
+as fast as any framework here multiplies float32 matrices), else numpy's BLAS.
+
+    .venvs/modern/bin/python scripts/calibrate.py              # JSON on stdout
+    .venvs/modern/bin/python scripts/calibrate.py --cuda       # also the GPU
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from support import timing  # noqa: E402  (support first: it points caches at .cache/)
+
+SIZES = {"cpu": 2048, "cuda": 8192}          # big enough to run at the BLAS's peak, small enough for seconds
+CALLS = {"cpu": 3, "cuda": 20}               # multiplies per repeat
+
+
+def matmul_peak(device: str = "cpu", repeats: int = timing.MIN_REPEATS, warmup: int = 2, n: int | None = None) -> dict:
+    """Median and best GFLOP/s of an n x n float32 matrix multiply on `device` ("cpu" or "cuda")."""
+    n = n or SIZES[device]
+    calls = CALLS[device]
+    try:
+        import torch
+    except ImportError:
+        torch = None
+    if torch is not None:
+        torch.backends.cuda.matmul.allow_tf32 = False     # true float32: the policy every notebook follows
+        a, b = (torch.randn(n, n, dtype=torch.float32, device=device) for _ in range(2))
+        sync = torch.cuda.synchronize if device == "cuda" else None
+        mm, library = (lambda: torch.mm(a, b)), f"torch {torch.__version__}"
+    elif device == "cpu":
+        import numpy as np
+        rng = np.random.default_rng(0)
+        a, b = (rng.standard_normal((n, n), dtype=np.float32) for _ in range(2))
+        sync, mm, library = None, (lambda: a @ b), f"numpy {np.__version__}"
+    else:
+        raise RuntimeError("calibrating a GPU needs PyTorch in the modern environment")
+
+    def repeat():
+        for _ in range(calls):
+            mm()
+
+    summary = timing.benchmark(repeat, repeats=repeats, warmup=warmup, sync=sync, unit="repeat")
+    flop = 2.0 * n ** 3 * calls
+    return {"device": device, "dtype": "float32", "n": n, "calls_per_repeat": calls, "repeats": repeats,
+            "gflops": flop / summary["median_s"] / 1e9, "gflops_max": flop / summary["min_s"] / 1e9,
+            "cv": summary["cv"], "laps_s": summary["laps_s"], "library": library}
+
+
+def measure(cuda: bool = False) -> dict:
+    """{"cpu/float32": {...}, ["cuda/float32": {...}]} and the harness overhead, timed now."""
+    peaks = {"cpu/float32": matmul_peak("cpu")}
+    if cuda:
+        peaks["cuda/float32"] = matmul_peak("cuda")
+    return {"peaks": peaks, "harness_overhead_s": timing.overhead(), "load": list(os.getloadavg()),
+            "date": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--cuda", action="store_true", help="also measure the first CUDA GPU")
+    args = p.parse_args(argv)
+    print(json.dumps(measure(args.cuda)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
