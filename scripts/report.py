@@ -3,12 +3,29 @@
     python scripts/report.py results/<machine>     # rebuild the tables from the records there
 
 Reads `records/<profile>/*.json` under the machine's folder (written by the notebooks, or by
-the runner for a notebook that failed) and writes, next to them:
-- `results.csv`: one row per record, every profile;
-- `results.md`: a table per profile and task (time with spread, throughput, accuracy or AUC,
-  versions, data kind, errors);
-- `plots/<profile>/<task>.png`: time per epoch or batch with its interquartile range, and the metric.
-`update_readme()` puts a summary of one profile between the README's results markers.
+the runner for a notebook that failed) and the run metadata `runs/<run>.json` the runner writes
+(this machine's peak float32 matmul GFLOP/s before and after the suite, load averages, the
+harness's own overhead), and writes, next to them:
+- `results.csv`: one row per record, every profile (columns below);
+- `results.md`: the machine calibration of every run the rows come from, then a table per profile
+  and task: the steady-state step (median, IQR, min-max, n, CV), compute and end-to-end
+  throughput, first step and compilation, peak memory, achieved GFLOP/s and MFU, the metric;
+- `plots/<profile>/<task>.png`: throughput (compute, with the IQR of the step times as error bars,
+  beside end to end), MFU, peak memory and the metric; `plots/<profile>/<task>-curve.png`: every
+  framework's metric after each epoch (training tasks).
+`update_readme()` puts one compact table per task, from each framework's most complete profile,
+between the README's results markers.
+
+Each row's numbers (support/records.py, schema 2):
+- steady state (`step_*`): the record's `steps` (training steps on a batch already in memory, each
+  repeat's time / its steps), or for an inference task its timed batches (`timing`);
+- compute samples/s: `steps.samples_per_s` (inference: `timing.samples_per_s`); end to end:
+  `timing.samples_per_s` over whole epochs, input pipeline included;
+- GFLOP/s = FLOPs per sample (`flops.train`; inference: `flops.forward`) x compute samples/s / 1e9;
+  MFU = that / the run's measured peak (`calibration.before["cpu/float32"]` for a CPU row, else
+  `"cuda/float32"`). A run file missing or malformed leaves MFU empty and results.md says so.
+Schema-1 records (written before these fields) show them empty ("—"), their `compile_s` too: it was
+"first epoch minus median" in TensorFlow and Keras, not a compilation.
 
 A record that cannot be read (not JSON, a field of the wrong type, filed under another name)
 becomes a failed row that names the file and what is wrong; it never stops the build. A record
@@ -20,7 +37,8 @@ Two cross-framework checks go into the tables rather than hiding a row:
 - the band: every framework's accuracy (CNN, GRU) or AUC (DenseNet) should lie within its task's
   band of the median of the frameworks (same profile and data; a framework with several variants,
   Keras's backends, counts once, by its own median); a row outside is flagged in results.md,
-  the README table and the runner's output (`flagged()`);
+  the README table and the runner's output (`flagged()`), and its times are marked not comparable
+  (†): as in MLPerf, a time counts only with its quality;
 - structure: each row's parameter count beside its difference from PyTorch's, and the parity
   error (`max |outputs - numpy reference| / max |reference|` on shared weights) where the run
   had the parity step (`run_all.py --parity`).
@@ -30,6 +48,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import re
 import sys
 from pathlib import Path
 from statistics import median
@@ -40,15 +59,30 @@ from support import tasks  # noqa: E402
 from support.files import atomic_write, replacing  # noqa: E402
 from support.records import METRICS, RecordError, read  # noqa: E402
 
-COLUMNS = ("task", "framework", "variant", "status", "profile", "data", "timed", "unit", "median_s", "q1_s", "q3_s",
-           "iqr_s", "cv", "n_timed", "warmup_s", "compile_s", "samples_per_s", "metric", "value", "n_parameters",
-           "framework_version", "parity_error", "band", "python", "numpy", "device", "threads", "cuda", "cudnn",
-           "machine", "git_commit", "date", "wall_s", "error")
-TIMING_COLUMNS = ("median_s", "q1_s", "q3_s", "iqr_s", "cv", "n_timed", "warmup_s", "compile_s", "samples_per_s")
+COLUMNS = (
+    "task", "framework", "variant", "status", "profile", "data", "timed", "run",
+    # end to end: the record's `timing` (epochs with their input pipeline; ResNet-50: batches)
+    "unit", "median_s", "q1_s", "q3_s", "iqr_s", "cv", "n_timed", "warmup_s", "e2e_samples_per_s",
+    # steady state: the record's `steps` (ResNet-50: its batches again), per step
+    "step_median_s", "step_q1_s", "step_q3_s", "step_iqr_s", "step_min_s", "step_max_s", "step_p95_s", "step_cv",
+    "step_n", "steps_per_repeat", "batch", "compute_samples_per_s",
+    "first_step_s", "compile_s", "host_peak_bytes", "device_peak_bytes",
+    "flops_per_sample", "gflops", "peak_gflops", "mfu",
+    "metric", "value", "band", "curve", "n_parameters", "framework_version", "parity_error",
+    "python", "numpy", "device", "threads", "cuda", "cudnn", "machine", "git_commit", "date", "wall_s", "error")
+# Every column that holds a time or a rate: empty for a run that shared the machine (not timed).
+TIMING_COLUMNS = ("median_s", "q1_s", "q3_s", "iqr_s", "cv", "n_timed", "warmup_s", "e2e_samples_per_s",
+                  "step_median_s", "step_q1_s", "step_q3_s", "step_iqr_s", "step_min_s", "step_max_s", "step_p95_s",
+                  "step_cv", "step_n", "compute_samples_per_s", "first_step_s", "compile_s", "gflops", "mfu")
 README_START, README_END = "<!-- results:start -->", "<!-- results:end -->"
 TASK_TITLES = {name: task.title for name, task in tasks.TASKS.items()}
 PROFILE_ORDER = {p: i for i, p in enumerate(suite.PROFILES)}
 FRAMEWORK_ORDER = {f: i for i, f in enumerate(suite.FRAMEWORKS)}
+EMPTY = "—"                 # a value the record does not have (schema 1, a failed run, an eager framework)
+NOT_COMPARABLE = "†"        # beside the times of a row whose accuracy lies outside its band
+DRIFT_LIMIT = 0.10          # warn when the peak measured after the suite differs from before by more
+OVERHEAD_LIMIT = 0.01       # the harness's cost per lap should stay under this share of a step
+MIB = 2 ** 20
 
 # How far a framework's final accuracy or AUC may sit from the median of the frameworks' (support.tasks).
 # They train the same model on the same data with the same schedule, so what is left is the seed and
@@ -81,22 +115,54 @@ def load_records(machine_dir: Path) -> list[dict]:
     return out
 
 
+def number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def is_inference(task: str) -> bool:
+    known = tasks.TASKS.get(task)
+    return bool(known and known.unit == "batch")
+
+
 def row(record: dict) -> dict:
-    """Flatten one record into the CSV's columns."""
+    """Flatten one record into the CSV's columns (the MFU comes later, from the run's file: attach_peaks)."""
     timing, env = record.get("timing") or {}, record.get("environment") or {}
     metric = METRICS.get(record["task"]) or "images_per_s"
     value = (record.get("metrics") or {}).get(metric)
+    inference = is_inference(record["task"])
+    # The steady state: training steps on data in memory; an inference task's batches are its steps.
+    steps = record.get("steps") or (timing if inference and record["status"] == "ok" else {})
+    compute = steps.get("samples_per_s")
+    if not steps:
+        batch = None
+    elif inference:
+        batch = (record.get("params") or {}).get("batch_size")
+    else:
+        batch = compute * steps["median_s"] if number(compute) and number(steps.get("median_s")) else None
+    flops = record.get("flops") or {}
+    per_sample = flops.get("forward") if inference else flops.get("train")
+    gflops = per_sample * compute / 1e9 if number(per_sample) and number(compute) else None
+    memory = record.get("memory") or {}
     out = {
         "task": record["task"], "framework": record["framework"], "variant": record.get("variant", ""),
         "status": record["status"], "profile": record.get("profile"), "data": record.get("data"),
-        "timed": record.get("timed", True),
+        "timed": record.get("timed", True), "run": record.get("run"),
         "unit": timing.get("unit"), "median_s": timing.get("median_s"), "q1_s": timing.get("q1_s"),
         "q3_s": timing.get("q3_s"), "iqr_s": timing.get("iqr_s"),
         "cv": timing.get("cv"), "n_timed": timing.get("n"),
-        "warmup_s": (timing.get("warmup_s") or [None])[0], "compile_s": record.get("compile_s"),
-        "samples_per_s": timing.get("samples_per_s"),
-        "metric": metric, "value": value, "n_parameters": record.get("n_parameters"),
-        "parity_error": (record.get("parity") or {}).get("max_rel_error"), "band": None,
+        "warmup_s": (timing.get("warmup_s") or [None])[0], "e2e_samples_per_s": timing.get("samples_per_s"),
+        "step_median_s": steps.get("median_s"), "step_q1_s": steps.get("q1_s"), "step_q3_s": steps.get("q3_s"),
+        "step_iqr_s": steps.get("iqr_s"), "step_min_s": steps.get("min_s"), "step_max_s": steps.get("max_s"),
+        "step_p95_s": steps.get("p95_s"), "step_cv": steps.get("cv"), "step_n": steps.get("n"),
+        "steps_per_repeat": steps.get("steps_per_repeat"), "batch": batch, "compute_samples_per_s": compute,
+        "first_step_s": record.get("first_step_s"),
+        # Schema 1's compile_s was "first epoch minus median" in TensorFlow and Keras: not a compilation.
+        "compile_s": record.get("compile_s") if (record.get("schema") or 0) >= 2 else None,
+        "host_peak_bytes": memory.get("host_peak_bytes"), "device_peak_bytes": memory.get("device_peak_bytes"),
+        "flops_per_sample": per_sample, "gflops": gflops, "peak_gflops": None, "mfu": None,
+        "metric": metric, "value": value, "band": None, "curve": record.get("curve"),
+        "n_parameters": record.get("n_parameters"),
+        "parity_error": (record.get("parity") or {}).get("max_rel_error"),
         "framework_version": env.get("framework_version"), "python": env.get("python"), "numpy": env.get("numpy"),
         "device": env.get("device"), "threads": env.get("threads"), "cuda": env.get("cuda"),
         "cudnn": env.get("cudnn"), "machine": env.get("machine"), "git_commit": env.get("git_commit"),
@@ -105,7 +171,6 @@ def row(record: dict) -> dict:
     }
     if not out["timed"]:        # its runs shared the machine: no time of it is a measurement
         out.update(dict.fromkeys(TIMING_COLUMNS))
-        out["unit"] = timing.get("unit")
     return out
 
 
@@ -142,12 +207,71 @@ def flagged(rows: list[dict]) -> list[str]:
             for r in rows if r["band"] == "outside"]
 
 
+# --- the run metadata: the machine's peak FLOP/s, measured by the runner -----------------------------
+
+def run_path(machine_dir: Path, run_id: str) -> Path:
+    return machine_dir / "runs" / f"{run_id}.json"
+
+
+def peak_key(r: dict) -> str:
+    """The calibration a row's MFU divides by: the CPU's for a CPU row, else the GPU's."""
+    return "cpu/float32" if r.get("device") == "cpu" else "cuda/float32"
+
+
+def peak(meta: dict, key: str, when: str = "before") -> float | None:
+    """calibration[when][key].gflops where it is a positive number, else None."""
+    entry = ((meta.get("calibration") or {}).get(when) or {}).get(key)
+    gflops = entry.get("gflops") if isinstance(entry, dict) else None
+    return float(gflops) if number(gflops) and gflops > 0 else None
+
+
+def load_runs(machine_dir: Path, rows: list[dict]) -> dict[str, dict]:
+    """{run id: {"path", "meta" (None when unusable), "problem" (why, or None)}} for every run the rows name."""
+    runs = {}
+    for run_id in dict.fromkeys(r["run"] for r in rows if r.get("run")):
+        path, meta, problem = run_path(machine_dir, run_id), None, None
+        if not re.fullmatch(r"[\w.-]+", run_id):
+            problem = "not a run id"
+        else:
+            try:
+                meta = json.loads(path.read_text(encoding="utf-8"))
+                if not isinstance(meta, dict) or not isinstance(meta.get("calibration"), dict) or not all(
+                        isinstance(v, dict) for v in meta["calibration"].values()):
+                    meta, problem = None, "malformed (no calibration object)"
+            except FileNotFoundError:
+                problem = "missing"
+            except (OSError, UnicodeDecodeError, ValueError) as err:
+                problem = f"not readable JSON ({' '.join(str(err).split())[:80]})"
+        runs[run_id] = {"path": path, "meta": meta, "problem": problem}
+    return runs
+
+
+def attach_peaks(rows: list[dict], runs: dict[str, dict]) -> None:
+    """Each row's peak GFLOP/s (its run's calibration before the suite) and MFU = achieved / peak."""
+    for r in rows:
+        run = runs.get(r.get("run") or "")
+        if r["gflops"] is None or run is None or run["meta"] is None:
+            continue
+        r["peak_gflops"] = peak(run["meta"], peak_key(r))
+        if r["peak_gflops"]:
+            r["mfu"] = r["gflops"] / r["peak_gflops"]
+
+
 def write_csv(rows: list[dict], path: Path) -> None:
+    def text(key, value):
+        if value is None:
+            return ""
+        if key == "curve":
+            return ";".join(f"{v:.6g}" for v in value)
+        return value
+
     with replacing(path) as tmp, open(tmp, "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
         writer.writeheader()
-        writer.writerows({k: ("" if v is None else v) for k, v in r.items()} for r in rows)
+        writer.writerows({k: text(k, v) for k, v in r.items()} for r in rows)
 
+
+# --- formatting ---------------------------------------------------------------------------------------
 
 def cell(value) -> str:
     """Text that stays inside one Markdown table cell: `|` escaped, line breaks turned into spaces."""
@@ -156,7 +280,7 @@ def cell(value) -> str:
 
 def fmt(value, digits: int = 3) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "-"
+        return EMPTY
     if isinstance(value, float):
         return f"{value:.{digits}g}" if abs(value) < 10 ** digits else f"{value:,.0f}"
     if isinstance(value, int):
@@ -171,8 +295,34 @@ def fmt_metric(value) -> str:
     return fmt(value)
 
 
+def fmt_ms(seconds, digits: int = 3) -> str:
+    return fmt(None if seconds is None else seconds * 1000.0, digits)
+
+
+def fmt_pct(fraction, digits: int = 2) -> str:
+    return EMPTY if fraction is None else f"{fmt(100.0 * fraction, digits)}%"
+
+
+def fmt_mib(n_bytes) -> str:
+    return fmt(None if n_bytes is None else n_bytes / MIB)
+
+
+def fmt_range_ms(low, high) -> str:
+    return EMPTY if low is None or high is None else f"{fmt_ms(low)}–{fmt_ms(high)}"
+
+
 def name(r: dict) -> str:
     return cell(r["framework"] + (f" ({r['variant']})" if r["variant"] else ""))
+
+
+def comparable(r: dict) -> bool:
+    """False for a row whose accuracy or AUC lies outside its band: its time counts for nothing."""
+    return r["band"] != "outside"
+
+
+def timed_cell(r: dict, text: str) -> str:
+    """A time or a rate, marked not comparable where the row's quality is outside its band."""
+    return text + (NOT_COMPARABLE if text != EMPTY and not comparable(r) else "")
 
 
 def metric_cell(r: dict) -> str:
@@ -188,21 +338,58 @@ def parameters_cell(r: dict, reference: int | None) -> str:
     return f"{fmt(n)} ({n - reference:+,})"
 
 
+def not_comparable_note(rows: list[dict]) -> str:
+    return (f"{NOT_COMPARABLE} Not comparable: the row's {rows[0]['metric']} lies outside the band around the other "
+            "frameworks', and a time counts only with its quality (as in MLPerf).")
+
+
+def has_device_memory(rows: list[dict]) -> bool:
+    return any(r.get("device_peak_bytes") for r in rows)
+
+
+# --- results.md -----------------------------------------------------------------------------------------
+
 def task_table(rows: list[dict]) -> str:
-    unit = next((r["unit"] for r in rows if r["unit"]), "epoch")
-    metric = rows[0]["metric"]
+    """One task's rows: steady state, throughput, first step and compilation, memory, FLOP/s, the metric."""
+    inference = is_inference(rows[0]["task"])
+    metric = rows[0]["metric"] if METRICS.get(rows[0]["task"]) else None
     reference = next((r["n_parameters"] for r in rows if r["framework"] == "pytorch" and r["n_parameters"]), None)
-    lines = [f"| framework | status | s per {unit} (median) | IQR s | warm-up s | compile s | samples/s | {metric} | "
-             "parameters (vs pytorch) | parity error | version | data |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"]
+    step = "batch" if inference else "step"
+    columns = [  # (head, right-aligned, cell)
+        ("framework", False, name),
+        ("status", False, lambda r: r["status"] if r["status"] == "ok"
+         else f"**{r['status']}**: {cell((r['error'] or '')[:160])}"),
+        (f"{step} ms (median)", True, lambda r: timed_cell(r, fmt_ms(r["step_median_s"])) if r["timed"]
+         else "not timed"),
+        ("IQR ms", True, lambda r: fmt_ms(r["step_iqr_s"], 2)),
+        ("min–max ms", True, lambda r: fmt_range_ms(r["step_min_s"], r["step_max_s"])),
+        *([("p95 ms", True, lambda r: fmt_ms(r["step_p95_s"]))] if inference else []),
+        ("n", True, lambda r: fmt(r["step_n"])),
+        ("CV", True, lambda r: fmt_pct(r["step_cv"])),
+        ("images/s" if inference else "compute samples/s", True,
+         lambda r: timed_cell(r, fmt(r["compute_samples_per_s"]))),
+        *([] if inference else [
+            ("s/epoch (IQR)", True, lambda r: timed_cell(r, fmt(r["median_s"])) + (
+                f" ({fmt(r['iqr_s'], 2)})" if r["iqr_s"] is not None else "")),
+            ("end-to-end samples/s", True, lambda r: timed_cell(r, fmt(r["e2e_samples_per_s"])))]),
+        (f"first {step} s", True, lambda r: fmt(r["first_step_s"])),
+        ("compile s", True, lambda r: fmt(r["compile_s"])),
+        ("host MiB", True, lambda r: fmt_mib(r["host_peak_bytes"])),
+        *([("device MiB", True, lambda r: fmt_mib(r["device_peak_bytes"]))] if has_device_memory(rows) else []),
+        ("GFLOP/s", True, lambda r: timed_cell(r, fmt(r["gflops"]))),
+        ("MFU", True, lambda r: timed_cell(r, fmt_pct(r["mfu"]))),
+        *([(metric, True, metric_cell)] if metric else []),
+        ("parameters (vs pytorch)", True, lambda r: parameters_cell(r, reference)),
+        ("parity error", True, lambda r: EMPTY if r["parity_error"] is None else format(r["parity_error"], ".1e")),
+        ("version", False, lambda r: cell(r["framework_version"] or EMPTY)),
+        ("data", False, lambda r: cell(r["data"] or EMPTY)),
+    ]
+    lines = ["| " + " | ".join(head for head, _, _ in columns) + " |",
+             "|" + "|".join("---:" if right else "---" for _, right, _ in columns) + "|"]
     for r in rows:
-        status = r["status"] if r["status"] == "ok" else f"**{r['status']}**: {cell((r['error'] or '')[:160])}"
-        median_s = fmt(r["median_s"]) if r["timed"] else "not timed"
-        lines.append(f"| {name(r)} | {status} | {median_s} | {fmt(r['iqr_s'], 2)} | {fmt(r['warmup_s'])} | "
-                     f"{fmt(r['compile_s'])} | "
-                     f"{fmt(r['samples_per_s'])} | {metric_cell(r)} | {parameters_cell(r, reference)} | "
-                     f"{'-' if r['parity_error'] is None else format(r['parity_error'], '.1e')} | "
-                     f"{cell(r['framework_version'] or '-')} | {cell(r['data'] or '-')} |")
+        lines.append("| " + " | ".join(show(r) for _, _, show in columns) + " |")
+    if not all(comparable(r) for r in rows):
+        lines += ["", not_comparable_note(rows)]
     return "\n".join(lines)
 
 
@@ -227,56 +414,258 @@ def environment_line(rows: list[dict]) -> str:
                 f"{commit}{when}")
 
 
-def write_markdown(rows: list[dict], path: Path, machine: str) -> None:
+def has_curves(rows: list[dict]) -> bool:
+    return any(r["status"] == "ok" and r.get("curve") for r in rows)
+
+
+def calibration_section(rows: list[dict], runs: dict[str, dict]) -> list[str]:
+    """Per run the rows come from: the peak GFLOP/s before and after the suite (a warning where they
+    differ by more than DRIFT_LIMIT), the load averages, the harness overhead against the shortest step."""
+    parts = ["## Machine calibration", "",
+             "Each run measures this machine's peak float32 matrix-multiply GFLOP/s (`scripts/calibrate.py`: a large "
+             "matmul, warm-up and repeats, median) before and after the suite; MFU divides by the peak before. "
+             "A peak that moved by more than 10% means the machine was not equally fast throughout.", ""]
+    if not runs:
+        return parts + ["No row names a run of `run_all.py` (records written before the run metadata, or by a "
+                        "notebook alone): no MFU.", ""]
+    for run_id, run in runs.items():
+        run_rows = [r for r in rows if r.get("run") == run_id]
+        if run["meta"] is None:
+            parts += [f"**No MFU for run `{run_id}`**: its run file `runs/{run_id}.json` is {run['problem']}; "
+                      f"its {len(run_rows)} {'row shows' if len(run_rows) == 1 else 'rows show'} no MFU.", ""]
+            continue
+        meta = run["meta"]
+        when = " to ".join(str(meta[k]) for k in ("started", "ended") if meta.get(k))
+        wall = f", {fmt(float(meta['wall_s']))} s wall" if number(meta.get("wall_s")) else ""
+        profiles = ", ".join(f"`{p}`" for p in meta.get("profiles") or []) if isinstance(
+            meta.get("profiles"), list) else ""
+        parts += [f"### Run `{run_id}`", "",
+                  cell(f"Profiles {profiles or '-'}; {when or 'start unknown'}{wall}; "
+                       f"{len(run_rows)} rows here; file `runs/{run_id}.json`."), ""]
+        calibration = meta["calibration"]
+        before, after = calibration.get("before") or {}, calibration.get("after") or {}
+        keys = list(dict.fromkeys([*before, *after]))
+        warnings = []
+        if keys:
+            parts += ["| device/dtype | peak GFLOP/s before | after | change | best lap before GFLOP/s | library |",
+                      "|---|---:|---:|---:|---:|---|"]
+            for key in keys:
+                first, last = peak(meta, key, "before"), peak(meta, key, "after")
+                change = last / first - 1 if first and last else None
+                first_entry, last_entry = (e if isinstance(e, dict) else {} for e in (before.get(key), after.get(key)))
+                best = first_entry.get("gflops_max")
+                library = first_entry.get("library") or last_entry.get("library")
+                parts.append(f"| {cell(key)} | {fmt(first)} | {fmt(last)} | "
+                             f"{EMPTY if change is None else f'{100 * change:+.1f}%'} | "
+                             f"{fmt(float(best)) if number(best) else EMPTY} | {cell(library or EMPTY)} |")
+                if change is not None and round(abs(change), 9) > DRIFT_LIMIT:     # 10.0% exactly is not more
+                    warnings.append(f"**WARNING**: the {key} peak moved from {fmt(first)} to {fmt(last)} GFLOP/s "
+                                    f"({100 * change:+.1f}%) between the start and the end of run `{run_id}`, more "
+                                    f"than {100 * DRIFT_LIMIT:.0f}%: the machine was not equally fast throughout "
+                                    "(throttling, or another load); compare this run's times with care.")
+            parts.append("")
+        else:
+            parts += ["No peak was measured in this run (the calibration failed): its rows show no MFU.", ""]
+        if before and not after:
+            parts += ["No peak after the suite (the run was interrupted, or the calibration failed): "
+                      "no drift check.", ""]
+        missing = sorted({peak_key(r) for r in run_rows if r["gflops"] is not None and r["mfu"] is None})
+        if before and missing:
+            parts += [f"No {', '.join(missing)} peak in this run: its rows on that device show no MFU.", ""]
+        parts += warnings + ([""] if warnings else [])
+        parts += [load_line(meta), "", overhead_line(meta, run_rows), ""]
+    return parts
+
+
+def load_line(meta: dict) -> str:
+    def shown(load):
+        if isinstance(load, list) and len(load) == 3 and all(number(x) for x in load):
+            return ", ".join(f"{x:.2f}" for x in load)
+        return "not measured"
+    return (f"Load average (1, 5, 15 min): before {shown(meta.get('load_before'))}; "
+            f"after {shown(meta.get('load_after'))}.")
+
+
+def overhead_line(meta: dict, run_rows: list[dict]) -> str:
+    """The harness's cost per lap, and its largest share of a steady-state step over the run's rows."""
+    overhead = meta.get("harness_overhead_s")
+    if not number(overhead):
+        return "Harness overhead: not measured in this run."
+    head = f"Harness overhead: {fmt(overhead * 1e6)} µs per timed lap (`support.timing.overhead`)"
+    stepped = [r for r in run_rows if r["status"] == "ok" and number(r["step_median_s"]) and r["step_median_s"] > 0]
+    if not stepped:
+        return head + "; no timed step in this run to compare it with."
+    worst = max(stepped, key=lambda r: overhead / r["step_median_s"])
+    share = overhead / worst["step_median_s"]
+    where = (f"{worst['task']}/{name(worst)} ({worst['profile']}), {fmt_ms(worst['step_median_s'])} ms per "
+             f"{'batch' if is_inference(worst['task']) else 'step'}")
+    if share < OVERHEAD_LIMIT:
+        return (f"{head}; its largest share of a step over this run's rows is {fmt(share * 100, 2)}% ({where}): "
+                "under 1%.")
+    return (f"**WARNING**: {head[0].lower()}{head[1:]} is {fmt(share * 100, 2)}% of a step ({where}), not under 1%: "
+            "the shortest steps' times carry the harness's own cost.")
+
+
+def write_markdown(rows: list[dict], path: Path, machine: str, runs: dict[str, dict] | None = None) -> None:
     parts = [f"# Results on `{machine}`", "",
              "Generated by `scripts/report.py` from the JSON records beside this file; do not edit by hand. "
-             "Times are medians over the timed epochs or batches after warm-up; IQR is their interquartile range; "
+             "*Step*: the steady-state training step on a batch already in memory, after warm-up steps, timed in n "
+             "repeats of a fixed number of steps: the median time per step, its interquartile range (IQR), the "
+             "fastest and slowest repeat (min–max) and the coefficient of variation (CV) over the repeats; for "
+             "ResNet-50 the timed batches, with the 95th-percentile latency (p95). *Compute samples/s*: the global "
+             "batch over the median step; *end-to-end samples/s*: over whole epochs, input pipeline included "
+             "(`s/epoch`: their median, with its IQR). *First step*: its total time, compilation included; "
+             f"*compile*: the compilation alone where the framework compiles ({EMPTY}: it runs eagerly). *Host MiB*: "
+             "the kernel's peak resident memory; *device MiB*: the accelerator allocator's peak. *GFLOP/s*: the "
+             "model's FLOPs per sample (a training step; ResNet-50: a forward pass; `support/flops.py`) times compute "
+             "samples/s; *MFU*: that over the run's measured peak (below). "
+             f"{EMPTY}: not in the record (records of schema 1 predate these fields). "
              "*not timed*: the run shared the machine with another (`--jobs` above 1), so it shows no time. "
-             "Warm-up is the first epoch (or the untimed batches), which holds graph building and compilation; "
-             "compile is that compilation alone, where the notebook measures it. "
              "*Outside band*: the accuracy or AUC is further than "
              + ", ".join(f"{w} ({tasks.TASKS[t].short})" for t, w in BAND.items())
-             + " from the median of the frameworks' (each framework counted once; DenseNet only at the full profile). "
+             + " from the median of the frameworks' (each framework counted once; DenseNet only at the full profile); "
+             f"its times are marked {NOT_COMPARABLE} (not comparable). "
              "Parity error: the largest deviation from the numpy reference on shared weights, relative to the "
              "outputs' scale (`run_all.py --parity`; see LESSONS.md).", ""]
+    parts += calibration_section(rows, runs or {})
     for profile, task, task_rows in groups(rows):
+        images = f"![{task}](plots/{profile}/{task}.png)"
+        if has_curves(task_rows):
+            images += f" ![{task} learning curves](plots/{profile}/{task}-curve.png)"
         parts += [f"## {TASK_TITLES.get(task, task)} (profile `{profile}`)", "", environment_line(task_rows), "",
-                  task_table(task_rows), "", f"![{task}](plots/{profile}/{task}.png)", ""]
+                  task_table(task_rows), "", images, ""]
     atomic_write(path, "\n".join(parts))
 
 
-def plot(task_rows: list[dict], path: Path, title: str) -> None:
+# --- plots ------------------------------------------------------------------------------------------------
+
+def _pyplot():
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    return plt
 
-    labels = [name(r) for r in task_rows]
-    ok = [r["status"] == "ok" and r["timed"] and r["median_s"] is not None for r in task_rows]
-    fig, (ax_t, ax_m) = plt.subplots(1, 2, figsize=(11, 0.5 * len(task_rows) + 1.8), sharey=True)
-    y = range(len(task_rows))
-    times = [r["median_s"] if k else 0 for r, k in zip(task_rows, ok)]
-    spread = [[r["median_s"] - r["q1_s"] if k else 0 for r, k in zip(task_rows, ok)],
-              [r["q3_s"] - r["median_s"] if k else 0 for r, k in zip(task_rows, ok)]]
-    ax_t.barh(y, times, xerr=spread, color=["tab:blue" if k else "lightgrey" for k in ok], capsize=3)
-    for i, (r, k) in enumerate(zip(task_rows, ok)):
-        shown = "not timed" if r["status"] == "ok" else r["status"]
-        ax_t.text(times[i], i, f" {fmt(r['median_s'])}" if k else f" {shown}", va="center", fontsize=8)
-    unit = next((r["unit"] for r in task_rows if r["unit"]), "epoch")
-    ax_t.set_xlabel(f"seconds per {unit} (median, bar = IQR)")
-    scored = [r["status"] == "ok" and r["value"] is not None for r in task_rows]
-    values = [r["value"] if k else 0 for r, k in zip(task_rows, scored)]
-    ax_m.barh(y, values, color=["tab:green" if k else "lightgrey" for k in scored])
-    for i, v in enumerate(values):
-        ax_m.text(v, i, f" {fmt_metric(v)}" if scored[i] else "", va="center", fontsize=8)
-    ax_m.set_xlabel(task_rows[0]["metric"])
-    ax_t.set_yticks(list(y), labels)
-    ax_t.invert_yaxis()
-    fig.suptitle(title)
-    fig.tight_layout()
+
+def _save(fig, path: Path) -> None:
     with replacing(path) as tmp:
         fig.savefig(tmp, dpi=100, format="png")
+
+
+def throughput_error(r: dict) -> tuple[float, float]:
+    """(below, above) the compute samples/s: the q3 and q1 step times converted to samples/s."""
+    rate, batch, q1, q3 = r["compute_samples_per_s"], r["batch"], r["step_q1_s"], r["step_q3_s"]
+    if not all(number(x) and x > 0 for x in (rate, batch, q1, q3)):
+        return 0.0, 0.0
+    return max(rate - batch / q3, 0.0), max(batch / q1 - rate, 0.0)
+
+
+def plot(task_rows: list[dict], path: Path, title: str) -> None:
+    """Throughput (compute with IQR error bars, end to end beside it), MFU, peak memory and the metric."""
+    plt = _pyplot()
+    from matplotlib.patches import Patch
+
+    inference = is_inference(task_rows[0]["task"])
+    metric = METRICS.get(task_rows[0]["task"])
+    labels = [name(r) + ("" if comparable(r) else f" {NOT_COMPARABLE}") for r in task_rows]
+    panels = 3 + bool(metric)
+    fig, axes = plt.subplots(1, panels, figsize=(4.3 * panels, 0.5 * len(task_rows) + 2.0), sharey=True,
+                             squeeze=False)
+    ax_t, ax_u, ax_mem = axes[0][:3]
+    y = list(range(len(task_rows)))
+    handles, filled = {}, set()
+
+    def missing(r):
+        if r["status"] != "ok":
+            return r["status"]
+        return EMPTY if r["timed"] else "not timed"
+
+    def bars(ax, values, offset, height, color, label, errors=None, text=fmt, hatch_flagged=True):
+        shown = [v if number(v) else 0 for v in values]
+        colors = [color if number(v) else "lightgrey" for v in values]
+        drawn = ax.barh([i + offset for i in y], shown, height=height, color=colors,
+                        xerr=errors, capsize=3 if errors else 0)
+        if label:
+            handles.setdefault(ax, []).append(Patch(color=color, label=label))
+        if any(number(v) for v in values):
+            filled.add(ax)
+        for bar, r in zip(drawn, task_rows):
+            if hatch_flagged and not comparable(r):
+                bar.set_hatch("//")
+        for i, (v, r) in enumerate(zip(values, task_rows)):
+            right = shown[i] + (errors[1][i] if errors else 0)         # the label clears the error bar
+            ax.text(right, i + offset, f" {text(v)}" if number(v) else f" {missing(r)}", va="center", fontsize=7)
+
+    compute = [r["compute_samples_per_s"] for r in task_rows]
+    errors = [list(e) for e in zip(*(throughput_error(r) for r in task_rows))]
+    if inference:
+        bars(ax_t, compute, 0, 0.7, "tab:blue", None, errors)
+        ax_t.set_xlabel("images/s (bar: IQR of the batch times)")
+    else:
+        bars(ax_t, compute, -0.2, 0.4, "tab:blue", "compute: steady-state steps (bar: IQR)", errors)
+        bars(ax_t, [r["e2e_samples_per_s"] for r in task_rows], 0.2, 0.4, "tab:orange", "end to end: epochs")
+        ax_t.set_xlabel("samples/s")
+    bars(ax_u, [None if r["mfu"] is None else 100 * r["mfu"] for r in task_rows], 0, 0.7, "tab:purple", None,
+         text=lambda v: f"{fmt(v, 2)}%")
+    ax_u.set_xlabel("MFU, % of the measured float32 matmul peak")
+    if has_device_memory(task_rows):
+        bars(ax_mem, [r["host_peak_bytes"] and r["host_peak_bytes"] / MIB for r in task_rows], -0.2, 0.4,
+             "tab:brown", "host (peak RSS)", hatch_flagged=False)
+        bars(ax_mem, [r["device_peak_bytes"] and r["device_peak_bytes"] / MIB for r in task_rows], 0.2, 0.4,
+             "tab:olive", "device (allocator peak)", hatch_flagged=False)
+    else:
+        bars(ax_mem, [r["host_peak_bytes"] and r["host_peak_bytes"] / MIB for r in task_rows], 0, 0.7,
+             "tab:brown", None, hatch_flagged=False)
+    ax_mem.set_xlabel("peak memory, MiB" + ("" if has_device_memory(task_rows) else " (host, resident)"))
+    if metric:
+        ax_m = axes[0][3]
+        scored = [r["value"] if r["status"] == "ok" else None for r in task_rows]
+        bars(ax_m, scored, 0, 0.7, "tab:green", None, text=fmt_metric, hatch_flagged=False)
+        ax_m.set_xlabel(task_rows[0]["metric"] + ("" if all(comparable(r) for r in task_rows)
+                                                 else f"  ({NOT_COMPARABLE}: outside the band, time not comparable)"))
+    ax_t.set_yticks(y, labels)
+    ax_t.invert_yaxis()
+    for ax in axes[0]:
+        if ax in filled:
+            ax.margins(x=0.25)
+            ax.set_xlim(left=0)
+        else:                                       # nothing measured (schema-1 records, failed runs)
+            ax.set_xlim(0, 1)
+            ax.set_xticks([])
+            ax.text(0.5, 0.5, "not in these records", transform=ax.transAxes, ha="center", color="grey")
+        if ax in handles:
+            ax.legend(handles=handles[ax], fontsize=7, loc="best")
+    fig.suptitle(title)
+    fig.tight_layout()
+    _save(fig, path)
     plt.close(fig)
 
+
+def plot_curves(task_rows: list[dict], path: Path, title: str) -> bool:
+    """Every framework's metric after each epoch; False (and nothing written) where no row has a curve."""
+    curves = [r for r in task_rows if r["status"] == "ok" and r.get("curve")]
+    if not curves:
+        return False
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(8.5, 4.5))
+    colors = plt.get_cmap("tab10" if len(curves) <= 10 else "tab20").colors
+    for i, r in enumerate(curves):
+        epochs = range(1, len(r["curve"]) + 1)
+        ax.plot(epochs, r["curve"], marker="o", markersize=3, color=colors[i % len(colors)],
+                linestyle="-" if comparable(r) else "--",
+                label=name(r) + ("" if comparable(r) else f" {NOT_COMPARABLE} outside band"))
+    ax.set_xlabel("epoch")
+    ax.set_ylabel(curves[0]["metric"])
+    ax.xaxis.get_major_locator().set_params(integer=True)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    ax.set_title(title)
+    fig.tight_layout()
+    _save(fig, path)
+    plt.close(fig)
+    return True
+
+
+# --- the README table -------------------------------------------------------------------------------------
 
 def headline_profile(rows: list[dict]) -> str | None:
     """The most complete profile present: full, else cpu, else tiny."""
@@ -312,48 +701,82 @@ def readme_rows(rows: list[dict]) -> list[dict]:
     return [r for r in rows if best[(r["framework"], split_variant(r)[0])] == r["profile"]]
 
 
-def readme_cell(r: dict) -> str:
+def shows_metric(r: dict) -> bool:
+    """Whether the README shows this row's metric (DenseNet's RAM mode times the steps only)."""
     task = tasks.TASKS.get(r["task"])
+    return bool(task and task.metric and (not task.metric_modes or split_variant(r)[1] in task.metric_modes))
+
+
+def readme_step_cell(r: dict) -> str:
     if r["status"] != "ok":
         return r["status"]
     if not r["timed"]:
-        text = "not timed"
-    else:
-        text = fmt(r["samples_per_s"]) if task and task.unit == "batch" else fmt(r["median_s"])
-    mode = split_variant(r)[1]
-    if r["value"] is not None and task and task.metric and (not task.metric_modes or mode in task.metric_modes):
-        text += f" ({fmt_metric(r['value'])}{'!' if r['band'] == 'outside' else ''})"
-    return text
+        return "not timed"
+    if r["step_median_s"] is None:
+        return EMPTY
+    spread = ", ".join(part for part in (f"IQR {fmt_ms(r['step_iqr_s'], 2)}" if r["step_iqr_s"] is not None else "",
+                                         f"n={r['step_n']}" if r["step_n"] else "") if part)
+    return timed_cell(r, fmt_ms(r["step_median_s"])) + (f" ({spread})" if spread else "")
+
+
+def readme_task_table(rows: list[dict]) -> list[str]:
+    """One task's compact table: a line per framework and variant."""
+    inference = is_inference(rows[0]["task"])
+    mixed = len({r["profile"] for r in rows}) > 1
+    device = has_device_memory(rows)
+    metric = {"accuracy": "accuracy", "auc": "AUC"}.get(METRICS.get(rows[0]["task"]) or "")
+    columns = [
+        ("framework", False, name),
+        *([("profile", False, lambda r: r["profile"])] if mixed else []),
+        ("batch ms" if inference else "step ms", True, readme_step_cell),
+        *([("p95 ms", True, lambda r: fmt_ms(r["step_p95_s"]))] if inference else []),
+        ("images/s" if inference else "compute samples/s", True,
+         lambda r: timed_cell(r, fmt(r["compute_samples_per_s"]))),
+        *([] if inference else [("end-to-end samples/s", True, lambda r: timed_cell(r, fmt(r["e2e_samples_per_s"])))]),
+        ("first batch s" if inference else "first step s", True, lambda r: fmt(r["first_step_s"])),
+        ("compile s", True, lambda r: fmt(r["compile_s"])),
+        ("host MiB", True, lambda r: fmt_mib(r["host_peak_bytes"])),
+        *([("GPU MiB", True, lambda r: fmt_mib(r["device_peak_bytes"]))] if device else []),
+        ("GFLOP/s", True, lambda r: timed_cell(r, fmt(r["gflops"]))),
+        ("MFU", True, lambda r: timed_cell(r, fmt_pct(r["mfu"]))),
+        *([(metric, True, lambda r: (fmt_metric(r["value"]) + (" !" if r["band"] == "outside" else ""))
+            if r["status"] == "ok" and shows_metric(r) else EMPTY)] if metric else []),
+    ]
+    lines = ["| " + " | ".join(head for head, _, _ in columns) + " |",
+             "|" + "|".join("---:" if right else "---" for _, right, _ in columns) + "|"]
+    for r in rows:
+        cells = [show(r) if r["status"] == "ok" or i < 2 + mixed else EMPTY for i, (_, _, show) in enumerate(columns)]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
 
 
 def readme_table(rows: list[dict], machine: str) -> str:
-    """One line per framework (and backend), one column per task and mode (support.tasks), each line
-    from its most complete profile; a profile column appears when the lines' profiles differ."""
-    rows = readme_rows(rows)
-    cells: dict[tuple, dict] = {}
-    profiles: dict[tuple, str] = {}
-    for r in rows:
-        variant, mode = split_variant(r)
-        cells.setdefault((r["framework"], variant), {})[(r["task"], mode)] = readme_cell(r)
-        profiles[(r["framework"], variant)] = r["profile"]
-    columns = [((name, mode), head) for name, task in tasks.TASKS.items() for mode, head in task.columns()]
-    mixed = len(set(profiles.values())) > 1
-    lines = ["| framework | " + ("profile | " if mixed else "") + " | ".join(head for _, head in columns) + " |",
-             "|---|" + ("---|" if mixed else "") + "---:|" * len(columns)]
-    for line in sorted(cells, key=lambda k: (FRAMEWORK_ORDER.get(k[0], 99), k[1])):
-        framework, variant = line
-        found = cells[line]
-        lines.append(f"| {cell(framework + (f' ({variant})' if variant else ''))} | "
-                     + (f"{profiles[line]} | " if mixed else "")
-                     + " | ".join(found.get(c, "-") for c, _ in columns) + " |")
+    """The provenance, a legend, then one table per task (support.tasks order), each line from its
+    framework's most complete profile; a profile column appears where a task's lines' profiles differ."""
+    rows = sorted(readme_rows(rows), key=lambda r: (FRAMEWORK_ORDER.get(r["framework"], 99), r["variant"] or ""))
+    by_task = {task: [r for r in rows if r["task"] == task] for task in suite.TASKS}
+    by_task.update({r["task"]: [x for x in rows if x["task"] == r["task"]] for r in rows if r["task"] not in by_task})
+    mixed = any(len({r["profile"] for r in task_rows}) > 1 for task_rows in by_task.values())
     note = (f"{provenance(rows, machine)} "
-            f"Details, spreads, parameter counts and plots: [results/{machine}/results.md](results/{machine}/results.md)."
+            f"Details, spreads (IQR, min–max, CV), the machine calibration and plots: "
+            f"[results/{machine}/results.md](results/{machine}/results.md)."
             + (" The lines come from different profiles (column `profile`): compare times only between lines of "
                "one profile." if mixed else "")
-            + (" `not timed`: the run shared the machine (`--jobs`)." if any(not r["timed"] for r in rows) else "")
-            + (" `!`: accuracy or AUC outside the band around the other frameworks'." if any(
-                r["band"] == "outside" for r in rows) else ""))
-    return "\n".join([note, "", *lines])
+            + (" `not timed`: the run shared the machine (`--jobs`)." if any(not r["timed"] for r in rows) else ""))
+    legend = ("*Step ms*: the steady-state training step on a batch in memory, median over n repeats with its IQR "
+              "(ResNet-50: one inference batch, with its 95th percentile); *compute samples/s*: what that step "
+              "implies; "
+              "*end-to-end samples/s*: whole epochs, input pipeline included; *first step s*: its total time, "
+              f"compilation included; *compile s*: the compilation alone ({EMPTY}: the framework runs eagerly); "
+              "*host MiB*: peak resident memory; *GFLOP/s*: the model's FLOPs per sample times compute samples/s; "
+              "*MFU*: that over this machine's float32 matmul peak measured at the start of the run."
+              + (f" `!` and {NOT_COMPARABLE}: accuracy or AUC outside the band around the other frameworks', so the "
+                 "row's time is not comparable." if any(r["band"] == "outside" for r in rows) else ""))
+    parts = [note, "", legend]
+    for task, task_rows in by_task.items():
+        if task_rows:
+            parts += ["", f"### {TASK_TITLES.get(task, task)}", "", *readme_task_table(task_rows)]
+    return "\n".join(parts)
 
 
 def update_readme(readme: Path, rows: list[dict], machine: str) -> None:
@@ -365,24 +788,34 @@ def update_readme(readme: Path, rows: list[dict], machine: str) -> None:
     atomic_write(readme, f"{before}{README_START}\n{readme_table(rows, machine)}\n{README_END}{after}")
 
 
-def load_rows(machine_dir: Path) -> list[dict]:
-    """Every record of one machine as a table row, in table order, with its band marked."""
+# --- building ---------------------------------------------------------------------------------------------
+
+def load(machine_dir: Path) -> tuple[list[dict], dict[str, dict]]:
+    """Every record of one machine as a table row, in table order, with its band and MFU; and the runs."""
     rows = sorted((row(r) for r in load_records(machine_dir)), key=sort_key)
     mark_band(rows)
-    return rows
+    runs = load_runs(machine_dir, rows)
+    attach_peaks(rows, runs)
+    return rows, runs
+
+
+def load_rows(machine_dir: Path) -> list[dict]:
+    """Every record of one machine as a table row, in table order, with its band and MFU marked."""
+    return load(machine_dir)[0]
 
 
 def build(machine_dir: Path, readme: Path | None = None) -> list[dict]:
     """Write results.csv, results.md and the plots for one machine; update the README if given."""
-    rows = load_rows(machine_dir)
+    rows, runs = load(machine_dir)
     if not rows:
         print(f"no records under {machine_dir / 'records'}")
         return rows
     write_csv(rows, machine_dir / "results.csv")
-    write_markdown(rows, machine_dir / "results.md", machine_dir.name)
+    write_markdown(rows, machine_dir / "results.md", machine_dir.name, runs)
     for profile, task, task_rows in groups(rows):
-        plot(task_rows, machine_dir / "plots" / profile / f"{task}.png",
-             f"{TASK_TITLES.get(task, task)} ({profile} profile, {machine_dir.name})")
+        title = f"{TASK_TITLES.get(task, task)} ({profile} profile, {machine_dir.name})"
+        plot(task_rows, machine_dir / "plots" / profile / f"{task}.png", title)
+        plot_curves(task_rows, machine_dir / "plots" / profile / f"{task}-curve.png", f"{title}: learning curves")
     if readme:
         update_readme(readme, rows, machine_dir.name)
     print(f"wrote {machine_dir / 'results.csv'}, results.md and plots ({len(rows)} rows)")

@@ -1,16 +1,68 @@
-"""scripts/report.py: the accuracy band, parameter differences and parity errors in the tables."""
+"""scripts/report.py: the accuracy band, parameter differences and parity errors in the tables; the
+benchmark-grade columns of schema-2 records (steady state, GFLOP/s and MFU from the run's calibration),
+the machine calibration section, schema-1 records, and the plots."""
+import csv
+import itertools
 import json
+
+import pytest
 
 from scripts import report, run_all
 from support import params, records, timing
 
+STEP_S = 0.25          # every test record's steady-state step (a fake clock makes it exact)
+PEAK = 100.0           # GFLOP/s of the test run files
 
-def write(folder, framework, accuracy, *, task="cnn_cifar10", profile="tiny", n_parameters=100, **extra):
+
+def steps(batch: int, step_s: float = STEP_S, per_repeat: int = 2) -> dict:
+    """timing.steady_state of a do-nothing step on a clock that ticks step_s per step: exact numbers."""
+    clock = itertools.count(0.0, step_s * per_repeat).__next__       # each lap: start, then end one tick later
+    return timing.steady_state(lambda: None, steps=per_repeat, samples=batch, clock=clock)
+
+
+def write(folder, framework, accuracy=None, *, task="cnn_cifar10", profile="tiny", n_parameters=100, variant="",
+          step_s=STEP_S, curve=None, compile_s=None, run=None, **extra):
+    """A schema-2 record as records.write makes it, with the run id the runner adds where given."""
     P = params.load(task, profile)
-    metric = {"auc": accuracy} if task == "densenet_chestxray" else {"accuracy": accuracy}
-    return records.write(folder / "records" / profile / f"{task}__{framework}.json", task=task, framework=framework,
-                         params=P, data="synthetic", timing=timing.benchmark(lambda: None, 2, samples=4),
-                         metrics=metric, n_parameters=n_parameters, environment={"machine": "box"}, extra=extra)
+    inference = task == "resnet50_features"
+    metric = {} if inference else {"auc" if task == "densenet_chestxray" else "accuracy": accuracy}
+    key = "__".join(filter(None, (task, framework, variant)))
+    return records.write(
+        folder / "records" / profile / f"{key}.json", task=task, framework=framework, variant=variant, params=P,
+        data="synthetic", timing=timing.benchmark(lambda: None, 2, samples=4), metrics=metric,
+        n_parameters=n_parameters, environment={"machine": "box", "device": "cpu"}, first_step_s=1.5,
+        compile_s=compile_s, steps=None if inference else steps(P.batch_size, step_s),
+        curve=None if inference else (curve or [accuracy / 2, accuracy]), extra=extra | ({"run": run} if run else {}))
+
+
+def run_file(folder, run_id="20261123T101500", before=PEAK, after=PEAK, overhead=2e-6, **changes):
+    meta = {"run": run_id, "profiles": ["tiny"], "started": "2026-11-23T10:15:00+0000",
+            "ended": "2026-11-23T11:00:00+0000", "wall_s": 2700.0,
+            "calibration": {"before": {"cpu/float32": {"device": "cpu", "dtype": "float32", "n": 2048, "repeats": 7,
+                                                       "gflops": before, "gflops_max": before * 1.02,
+                                                       "laps_s": [0.5] * 7, "library": "torch 2.5.1"}},
+                            "after": {"cpu/float32": {"device": "cpu", "dtype": "float32", "n": 2048, "repeats": 7,
+                                                      "gflops": after, "gflops_max": after * 1.02,
+                                                      "laps_s": [0.5] * 7, "library": "torch 2.5.1"}}},
+            "load_before": [0.1, 0.2, 0.3], "load_after": [1.0, 0.5, 0.4], "harness_overhead_s": overhead} | changes
+    path = folder / "runs" / f"{run_id}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(meta))
+    return path
+
+
+def md_row(md: str, label: str) -> list[str]:
+    line = next(line for line in md.splitlines() if line.startswith(f"| {label} |"))
+    return [c.strip() for c in line.strip("|").split(" | ")]
+
+
+def md_cells(md: str, label: str, header_start: str = "| framework | status") -> dict:
+    """One results.md row as {column head: cell}, from the first table with that row."""
+    lines = md.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith(f"| {label} |"))
+    header = next(lines[i] for i in range(at, -1, -1) if lines[i].startswith(header_start))
+    heads = [c.strip() for c in header.strip("|").split(" | ")]
+    return dict(zip(heads, md_row("\n".join(lines[at:]), label)))
 
 
 def test_a_row_outside_the_band_is_flagged_not_hidden(tmp_path):
@@ -26,9 +78,211 @@ def test_a_row_outside_the_band_is_flagged_not_hidden(tmp_path):
     assert ",outside," in (tmp_path / "results.csv").read_text()
 
 
+def test_a_flagged_rows_times_are_marked_not_comparable(tmp_path):
+    for framework, accuracy in (("pytorch", 0.91), ("tensorflow", 0.92), ("mxnet", 0.50)):
+        write(tmp_path, framework, accuracy, run="r1")
+    run_file(tmp_path, "r1")
+    readme = tmp_path / "README.md"
+    readme.write_text("<!-- results:start -->\n<!-- results:end -->\n")
+    report.build(tmp_path, readme)
+    md = (tmp_path / "results.md").read_text()
+    flagged, fine = md_cells(md, "mxnet"), md_cells(md, "pytorch")
+    for head in ("step ms (median)", "compute samples/s", "end-to-end samples/s", "GFLOP/s", "MFU"):
+        assert flagged[head].endswith(report.NOT_COMPARABLE) and flagged[head] != report.NOT_COMPARABLE, head
+        assert report.NOT_COMPARABLE not in fine[head], head
+    assert flagged["s/epoch (IQR)"].split()[0].endswith(report.NOT_COMPARABLE)
+    assert "† Not comparable: the row's accuracy lies outside the band" in md
+    table = readme.read_text()
+    mxnet = md_cells(table, "mxnet", "| framework | step ms")
+    assert mxnet["step ms"].startswith(f"250{report.NOT_COMPARABLE} (") and mxnet["accuracy"] == "0.500 !"
+    assert "not comparable" in table
+    assert report.NOT_COMPARABLE not in md_cells(table, "pytorch", "| framework")["step ms"]
+
+
+def test_schema_2_rows_compute_gflops_and_mfu_from_the_run_file(tmp_path):
+    record = write(tmp_path, "pytorch", 0.9, run="20261123T101500", compile_s=0.75)
+    write(tmp_path, "jax", 0.9, task="resnet50_features", run="20261123T101500")
+    run_file(tmp_path)
+    readme = tmp_path / "README.md"
+    readme.write_text("before\n<!-- results:start -->\nold\n<!-- results:end -->\nafter\n")
+    rows = {r["task"]: r for r in report.build(tmp_path, readme)}
+    batch = params.load("cnn_cifar10", "tiny").batch_size
+    cnn = rows["cnn_cifar10"]
+    assert cnn["step_median_s"] == pytest.approx(STEP_S) and cnn["step_n"] == 7 and cnn["step_iqr_s"] == 0
+    assert cnn["compute_samples_per_s"] == pytest.approx(batch / STEP_S) and cnn["batch"] == pytest.approx(batch)
+    assert cnn["e2e_samples_per_s"] == record["timing"]["samples_per_s"]
+    gflops = record["flops"]["train"] * batch / STEP_S / 1e9
+    assert cnn["gflops"] == pytest.approx(gflops) and cnn["peak_gflops"] == PEAK
+    assert cnn["mfu"] == pytest.approx(gflops / PEAK)
+    resnet = rows["resnet50_features"]          # inference: its batches are its steps, FLOPs of a forward pass
+    resnet_record = json.loads((tmp_path / "records" / "tiny" / "resnet50_features__jax.json").read_text())
+    assert resnet["compute_samples_per_s"] == resnet_record["timing"]["samples_per_s"]
+    assert resnet["gflops"] == pytest.approx(resnet_record["flops"]["forward"] * resnet["compute_samples_per_s"] / 1e9)
+    assert resnet["mfu"] == pytest.approx(resnet["gflops"] / PEAK) and resnet["step_p95_s"] is not None
+
+    md = (tmp_path / "results.md").read_text()
+    cells = md_cells(md, "pytorch")
+    assert cells["step ms (median)"] == "250" and cells["n"] == "7" and cells["min–max ms"] == "250–250"
+    assert cells["compute samples/s"] == report.fmt(batch / STEP_S) and cells["first step s"] == "1.5"
+    assert cells["compile s"] == "0.75" and cells["GFLOP/s"] == report.fmt(gflops)
+    assert cells["MFU"] == f"{report.fmt(100 * gflops / PEAK, 2)}%" and cells["CV"] == "0%"
+    assert cells["host MiB"] == report.fmt(record["memory"]["host_peak_bytes"] / 2 ** 20)
+    assert "device MiB" not in cells                              # no row on a GPU
+    assert "p95 ms" in md_cells(md, "jax") and md_cells(md, "jax")["compile s"] == report.EMPTY      # eager
+    with open(tmp_path / "results.csv") as f:
+        csv_rows = {r["task"]: r for r in csv.DictReader(f)}
+    assert tuple(csv_rows["cnn_cifar10"]) == report.COLUMNS
+    assert float(csv_rows["cnn_cifar10"]["mfu"]) == pytest.approx(gflops / PEAK)
+    assert csv_rows["cnn_cifar10"]["curve"] == "0.45;0.9" and csv_rows["cnn_cifar10"]["run"] == "20261123T101500"
+
+    text = readme.read_text()
+    assert text.startswith("before\n<!-- results:start -->\n") and text.endswith("<!-- results:end -->\nafter\n")
+    assert "old" not in text and "[results/" in text and "Profile `tiny`" in text
+    assert "### VGG-style CNN on CIFAR-10" in text and "### ResNet-50 feature extraction" in text
+    head = next(line for line in text.splitlines() if line.startswith("| framework | step ms"))
+    assert head == ("| framework | step ms | compute samples/s | end-to-end samples/s | first step s | compile s | "
+                    "host MiB | GFLOP/s | MFU | accuracy |")
+    line = md_cells(text, "pytorch", "| framework | step ms")
+    assert line["step ms"] == "250 (IQR 0, n=7)" and line["MFU"] == cells["MFU"] and line["accuracy"] == "0.900"
+    assert md_cells(text, "jax", "| framework | batch ms")["MFU"] == f"{report.fmt(100 * resnet['mfu'], 2)}%"
+
+
+def test_calibration_section_gives_peaks_loads_and_overhead(tmp_path):
+    write(tmp_path, "pytorch", 0.9, run="r1")
+    run_file(tmp_path, "r1", before=100.0, after=95.0, overhead=2e-6)
+    report.build(tmp_path)
+    md = (tmp_path / "results.md").read_text()
+    section = md.split("## Machine calibration", 1)[1].split("\n## ", 1)[0]
+    assert "### Run `r1`" in section and "| cpu/float32 | 100 | 95 | -5.0% | 102 | torch 2.5.1 |" in section
+    assert "Load average (1, 5, 15 min): before 0.10, 0.20, 0.30; after 1.00, 0.50, 0.40." in section
+    assert "Harness overhead: 2 µs per timed lap" in section
+    assert "largest share of a step over this run's rows is 0.0008% (cnn_cifar10/pytorch (tiny), 250 ms per step): " \
+           "under 1%." in section
+    assert "WARNING" not in section                 # a 5% drift is within the limit
+
+
+@pytest.mark.parametrize("after, warned", [(115.0, True), (85.0, True), (105.0, False), (110.0, False)])
+def test_a_peak_that_drifts_more_than_10_percent_is_a_warning(tmp_path, after, warned):
+    write(tmp_path, "pytorch", 0.9, run="r1")
+    run_file(tmp_path, "r1", before=100.0, after=after)
+    report.build(tmp_path)
+    md = (tmp_path / "results.md").read_text()
+    assert ("**WARNING**: the cpu/float32 peak moved from 100 to" in md) is warned
+    if warned:
+        assert f"({after - 100:+.1f}%) between the start and the end of run `r1`, more than 10%" in md
+
+
+def test_an_overhead_over_one_percent_of_a_step_is_a_warning(tmp_path):
+    write(tmp_path, "pytorch", 0.9, run="r1", step_s=1e-4)
+    run_file(tmp_path, "r1", overhead=5e-6)
+    report.build(tmp_path)
+    assert "**WARNING**: harness overhead: 5 µs per timed lap (`support.timing.overhead`) is 5% of a step" in \
+        (tmp_path / "results.md").read_text()
+
+
+def test_an_interrupted_run_has_no_after_and_no_drift_check(tmp_path):
+    write(tmp_path, "pytorch", 0.9, run="r1")
+    path = run_file(tmp_path, "r1", load_after=None)
+    meta = json.loads(path.read_text())
+    del meta["calibration"]["after"]
+    path.write_text(json.dumps(meta))
+    rows = report.build(tmp_path)
+    md = (tmp_path / "results.md").read_text()
+    assert rows[0]["mfu"] is not None and "| cpu/float32 | 100 | — | — |" in md
+    assert "No peak after the suite" in md and "after not measured." in md and "WARNING" not in md
+
+
+@pytest.mark.parametrize("content, problem", [(None, "missing"), ("{broken", "not readable JSON"),
+                                              ('{"run": "r9"}', "malformed (no calibration object)")])
+def test_a_missing_or_malformed_run_file_leaves_mfu_empty_with_one_line(tmp_path, content, problem):
+    write(tmp_path, "pytorch", 0.9, run="r9")
+    write(tmp_path, "jax", 0.9, run="r9")
+    if content is not None:
+        (tmp_path / "runs").mkdir()
+        (tmp_path / "runs" / "r9.json").write_text(content)
+    readme = tmp_path / "README.md"
+    readme.write_text("<!-- results:start -->\n<!-- results:end -->\n")
+    rows = report.build(tmp_path, readme)                    # never raises
+    assert [r["mfu"] for r in rows] == [None, None] and all(r["gflops"] for r in rows)
+    md = (tmp_path / "results.md").read_text()
+    notes = [line for line in md.splitlines() if "runs/r9.json" in line]
+    assert len(notes) == 1 and notes[0].startswith(f"**No MFU for run `r9`**: its run file `runs/r9.json` is {problem}")
+    assert notes[0].endswith("its 2 rows show no MFU.")
+    assert md_cells(md, "pytorch")["MFU"] == report.EMPTY and md_cells(md, "pytorch")["GFLOP/s"] != report.EMPTY
+
+
+def test_a_gpu_row_needs_the_runs_gpu_peak(tmp_path):
+    write(tmp_path, "pytorch", 0.9, run="r1")
+    path = tmp_path / "records" / "tiny" / "cnn_cifar10__pytorch.json"
+    record = json.loads(path.read_text())
+    record["environment"]["device"] = "NVIDIA H100 80GB HBM3"
+    record["memory"]["device_peak_bytes"] = 3 * 2 ** 30
+    path.write_text(json.dumps(record))
+    run_file(tmp_path, "r1")                                 # CPU calibration only
+    rows = report.build(tmp_path)
+    md = (tmp_path / "results.md").read_text()
+    assert rows[0]["mfu"] is None and "No cuda/float32 peak in this run" in md
+    assert md_cells(md, "pytorch")["device MiB"] == "3,072"
+    meta = json.loads((tmp_path / "runs" / "r1.json").read_text())
+    meta["calibration"]["before"]["cuda/float32"] = meta["calibration"]["before"]["cpu/float32"] | {"gflops": 50000.0}
+    (tmp_path / "runs" / "r1.json").write_text(json.dumps(meta))
+    assert report.build(tmp_path)[0]["mfu"] == pytest.approx(rows[0]["gflops"] / 50000.0)
+
+
+def test_schema_1_records_still_render_with_the_new_columns_empty(tmp_path):
+    record = write(tmp_path, "pytorch", 0.9, compile_s=3.0)
+    legacy = {k: v for k, v in record.items() if k not in ("first_step_s", "memory", "flops", "steps", "curve")}
+    legacy |= {"schema": 1, "framework": "tensorflow"}
+    (tmp_path / "records" / "tiny" / "cnn_cifar10__tensorflow.json").write_text(json.dumps(legacy))
+    resnet = write(tmp_path, "mxnet", task="resnet50_features")
+    (tmp_path / "records" / "tiny" / "resnet50_features__mxnet.json").write_text(json.dumps(
+        {k: v for k, v in resnet.items() if k not in ("first_step_s", "memory", "flops")} | {"schema": 1}))
+    readme = tmp_path / "README.md"
+    readme.write_text("<!-- results:start -->\n<!-- results:end -->\n")
+    rows = {(r["task"], r["framework"]): r for r in report.build(tmp_path, readme)}
+    assert {r["status"] for r in rows.values()} == {"ok"}
+    old = rows[("cnn_cifar10", "tensorflow")]
+    assert old["step_median_s"] is None and old["gflops"] is None and old["mfu"] is None
+    assert old["compile_s"] is None              # schema 1's compile_s was not a compilation in every framework
+    md = (tmp_path / "results.md").read_text()
+    cells = md_cells(md, "tensorflow")
+    for head in ("step ms (median)", "IQR ms", "n", "compute samples/s", "first step s", "compile s", "host MiB",
+                 "GFLOP/s", "MFU"):
+        assert cells[head] == report.EMPTY, head
+    assert cells["end-to-end samples/s"] != report.EMPTY and cells["accuracy"] == "0.900"
+    assert md_cells(md, "mxnet")["images/s"] != report.EMPTY       # an inference record's batches are its steps
+    assert "No row names a run of `run_all.py`" in md
+    line = md_cells(readme.read_text(), "tensorflow", "| framework | step ms")
+    assert line["step ms"] == report.EMPTY and line["accuracy"] == "0.900"
+    assert (tmp_path / "plots" / "tiny" / "cnn_cifar10.png").stat().st_size > 1000
+
+
+def test_plots_show_throughput_and_learning_curves(tmp_path):
+    write(tmp_path, "pytorch", 0.9, curve=[0.3, 0.6, 0.9])
+    write(tmp_path, "jax", 0.85, curve=[0.2, 0.5, 0.85])
+    write(tmp_path, "jax", task="resnet50_features")
+    report.build(tmp_path)
+    plots = tmp_path / "plots" / "tiny"
+    assert (plots / "cnn_cifar10.png").stat().st_size > 1000 and (plots / "cnn_cifar10-curve.png").stat().st_size > 1000
+    assert (plots / "resnet50_features.png").stat().st_size > 1000
+    assert not (plots / "resnet50_features-curve.png").exists()                # no metric, no curve
+    assert sorted(p.name for p in plots.iterdir()) == ["cnn_cifar10-curve.png", "cnn_cifar10.png",
+                                                       "resnet50_features.png"]    # atomic: no temporaries left
+    md = (tmp_path / "results.md").read_text()
+    assert ("![cnn_cifar10](plots/tiny/cnn_cifar10.png) "
+            "![cnn_cifar10 learning curves](plots/tiny/cnn_cifar10-curve.png)") in md
+    assert "![resnet50_features](plots/tiny/resnet50_features.png)\n" in md
+
+
+def test_throughput_error_bars_come_from_the_quartiles_of_the_step_times():
+    r = {"compute_samples_per_s": 100.0, "batch": 50.0, "step_q1_s": 0.4, "step_q3_s": 0.625}
+    assert report.throughput_error(r) == pytest.approx((100 - 80, 125 - 100))
+    assert report.throughput_error(r | {"step_q1_s": None}) == (0.0, 0.0)
+
+
 def test_densenet_auc_is_banded_only_at_the_full_profile(tmp_path):
     for framework, auc in (("pytorch", 0.6), ("tensorflow", 0.5), ("jax", 0.8)):
-        write(tmp_path, framework, auc, task="densenet_chestxray", mode="loader")
+        write(tmp_path, framework, auc, task="densenet_chestxray", variant="loader")
     assert {r["band"] for r in report.build(tmp_path)} == {None}
 
 
@@ -38,13 +292,13 @@ def test_parameter_differences_and_parity_errors_are_shown(tmp_path):
     write(tmp_path, "jax", 0.9, task="gru_imdb", n_parameters=3_818_002)
     report.build(tmp_path)
     md = (tmp_path / "results.md").read_text()
-    assert "| 3,818,302 | 6.3e-07 |" in md and "| 3,818,002 (-300) | - |" in md
+    assert "| 3,818,302 | 6.3e-07 |" in md and "| 3,818,002 (-300) | — |" in md
 
 
 def test_the_runner_prints_rows_outside_the_band(tmp_path, capsys):
     for framework, accuracy in (("pytorch", 0.9), ("tensorflow", 0.9), ("mxnet", 0.5)):
         write(tmp_path / "box", framework, accuracy, task="gru_imdb")
-    assert run_all.main(["--report-only", "--results", str(tmp_path), "--machine", "box", "--no-readme",
+    assert run_all.main(["--report-only", "--results", str(tmp_path), "--machine", "box", "--no-readme", "--no-site",
                          "--profile", "tiny"]) == 0
     assert "outside the band: gru_imdb/mxnet (tiny): accuracy 0.500" in capsys.readouterr().out
     assert json.loads((tmp_path / "box" / "records" / "tiny" / "gru_imdb__mxnet.json").read_text())["status"] == "ok"
@@ -69,7 +323,7 @@ def test_malformed_records_become_failed_rows_naming_file_and_problem(tmp_path):
     assert failed[("notes", "?")] == f"{folder / 'notes.json'}: a record is a JSON object, not list"
     md = (tmp_path / "results.md").read_text()
     assert "| tensorflow | **failed**:" in md and "| pytorch | ok |" in md
-    assert "| mxnet | failed |" in readme.read_text()
+    assert "| mxnet | failed | — |" in readme.read_text()
 
 
 def test_a_record_filed_under_another_name_is_a_failed_row(tmp_path):
@@ -100,6 +354,9 @@ def test_an_error_with_pipes_and_newlines_stays_in_its_cell(tmp_path):
     cells = lambda line: len(line.replace("\\|", "").split("|"))      # noqa: E731  (unescaped pipes only)
     assert cells(jax) == cells(header)
     assert "ValueError: shapes (4\\|8) and (8\\|2) differ \\| x \\| y \\|" in jax
+    table = readme.read_text().splitlines()
+    readme_header = next(line for line in table if line.startswith("| framework | step ms"))
+    assert cells(next(line for line in table if line.startswith("| jax |"))) == cells(readme_header)
 
 
 def test_the_band_counts_each_framework_once(tmp_path):
@@ -109,12 +366,28 @@ def test_the_band_counts_each_framework_once(tmp_path):
     write(tmp_path, "tensorflow", 0.91)
     write(tmp_path, "jax", 0.92)
     for backend in ("tensorflow", "jax", "torch"):
-        P = params.load("cnn_cifar10", "tiny")
-        records.write(tmp_path / "records" / "tiny" / f"cnn_cifar10__keras__{backend}.json", task="cnn_cifar10",
-                      framework="keras", variant=backend, params=P, data="synthetic",
-                      timing=timing.benchmark(lambda: None, 2, samples=4), metrics={"accuracy": 0.80},
-                      n_parameters=100, environment={"machine": "box"})
+        write(tmp_path, "keras", 0.80, variant=backend)
     rows = report.build(tmp_path)
     assert {r["framework"]: r["band"] for r in rows} == {"pytorch": "in", "tensorflow": "in", "jax": "in",
                                                         "keras": "outside"}
     assert {round(r["band_median"], 6) for r in rows} == {0.905}     # median of 0.80 (keras), 0.90, 0.91, 0.92
+
+
+def test_readme_lines_of_mixed_profiles_are_labelled(tmp_path):
+    for framework, profile in (("pytorch", "cpu"), ("tensorflow", "tiny"), ("pytorch", "tiny")):
+        write(tmp_path, framework, 0.9, task="gru_imdb", profile=profile)
+    table = report.readme_table(report.load_rows(tmp_path), "box")
+    assert "compare times only between lines of one profile" in table
+    lines = [line for line in table.splitlines() if line.startswith("| ")]
+    assert lines[0].startswith("| framework | profile | step ms |")
+    assert [line.split(" | ")[:2] for line in lines[1:]] == [["| pytorch", "cpu"], ["| tensorflow", "tiny"]]
+
+
+def test_a_run_that_shared_the_machine_shows_no_time_and_no_mfu(tmp_path):
+    write(tmp_path, "pytorch", 0.9, run="r1", compile_s=0.5, timed=False)
+    run_file(tmp_path, "r1")
+    (row,) = report.build(tmp_path)
+    assert all(row[k] is None for k in report.TIMING_COLUMNS) and row["host_peak_bytes"]
+    cells = md_cells((tmp_path / "results.md").read_text(), "pytorch")
+    assert cells["step ms (median)"] == "not timed" and cells["MFU"] == report.EMPTY
+    assert "no timed step in this run to compare it with" in (tmp_path / "results.md").read_text()
