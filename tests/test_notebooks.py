@@ -100,6 +100,28 @@ def test_training_learns_beyond_chance_on_the_learnable_synthetic_data(tiny_suit
     assert record["metrics"]["accuracy"] > chance + 0.2, f"{job.title}: accuracy {record['metrics']['accuracy']}"
 
 
+@pytest.mark.parametrize("job", JOBS, ids=lambda j: j.key)
+def test_every_record_has_the_benchmark_fields(tiny_suite, job):
+    record = json.loads((tiny_suite / "records" / "tiny" / f"{job.key}.json").read_text())
+    task = tasks.get(job.task)
+    assert record["schema"] == 2 and record["first_step_s"] > 0 and record["memory"]["host_peak_bytes"] > 2 ** 20
+    assert record["memory"]["device_peak_bytes"] is None                       # the CPU has no allocator peak
+    assert record["flops"]["forward"] > 0
+    if task.unit == "epoch":                                                  # training: repeats and a curve
+        assert record["steps"]["n"] >= 7 and len(record["steps"]["laps_s"]) == record["steps"]["n"]
+        assert len(record["curve"]) == record["params"]["epochs"]
+    else:
+        assert record["timing"]["n"] >= 7 and record["timing"]["p95_s"] >= record["timing"]["median_s"]
+
+
+def test_the_tiny_suite_measured_the_machine_before_and_after(tiny_suite):
+    (run,) = (tiny_suite / "runs").glob("*.json")
+    meta = json.loads(run.read_text())
+    for when in ("before", "after"):
+        assert meta["calibration"][when]["cpu/float32"]["gflops"] > 0
+    assert 0 < meta["harness_overhead_s"] < 1e-3 and meta["timed"] is False
+
+
 def test_the_tiny_suite_fills_the_tables(tiny_suite):
     rows = (tiny_suite / "results.csv").read_text().splitlines()
     assert len(rows) == 1 + len(JOBS)
