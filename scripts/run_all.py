@@ -603,15 +603,14 @@ def start_run(jobs: list[Job], args, out: Path) -> dict:
         for key, peak in before["peaks"].items():
             print(f"  {key}: {peak['gflops']:.1f} GFLOP/s (median of {peak['repeats']}, {peak['library']})")
     atomic_write_json(run_metadata_path(out, args.run_id), meta)
-    meta["_t0"] = time.monotonic()
     return meta
 
 
-def end_run(meta: dict, out: Path) -> None:
-    """Measure the machine again after the suite: the same workload, so a drift shows in results.md."""
+def end_run(meta: dict, out: Path, started: float) -> None:
+    """Measure the machine again after the suite (begun at time.monotonic() `started`): the same
+    workload, so a drift shows in results.md."""
     after = calibrate(meta["gpu"])
-    t0 = meta.pop("_t0")
-    meta.update({"ended": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "wall_s": time.monotonic() - t0,
+    meta.update({"ended": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "wall_s": time.monotonic() - started,
                  "load_after": after["load"] if after else list(os.getloadavg())})
     if after:
         meta["calibration"]["after"] = after["peaks"]
@@ -627,9 +626,10 @@ def run_and_report(jobs: list[Job], args, out: Path) -> int:
     try:
         if not args.report_only:
             with sigterm_as_interrupt():
+                started = time.monotonic()
                 meta = start_run(jobs, args, out)
                 failures = run_suite(jobs, args, out)
-                end_run(meta, out)
+                end_run(meta, out, started)
     except KeyboardInterrupt:
         print("interrupted: every record written before is kept, and the runs in progress left the previous "
               "ones untouched; --resume carries on from there")
