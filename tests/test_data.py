@@ -379,6 +379,26 @@ def test_imdb_reads_keras_npz_and_matches_the_reference(tmp_path, no_network):
     np.testing.assert_array_equal(ds.y_train, y_train[order])
 
 
+def test_synthetic_imdb_needs_evidence_across_the_review_and_has_a_ceiling_near_095(tmp_path, no_network):
+    """The stand-in can fail a framework: markers are sparse and mixed, so no single word decides, yet
+    counting the markers in the 150 words a model sees scores about 0.95 (the label noise's ceiling)."""
+    path = tmp_path / "imdb.npz"
+    D.write_synthetic_imdb(path, n_train=1, n_test=3000)
+    ds = D.imdb(path, n_train=1, n_test=3000, max_len=150)
+    rng = np.random.RandomState(0)                                 # the writer's first draw: the markers
+    markers = rng.choice(np.arange(50, 3000), size=(2, D.IMDB_MARKERS), replace=False) + D.IMDB_INDEX_FROM
+    counts = np.stack([np.isin(ds.x_test, m).sum(1) for m in markers], axis=1)      # (n, 2)
+    seen = (ds.x_test > 0).sum(1)
+    share = counts.sum(1) / seen
+    assert 0.04 < np.median(share) < 0.1                          # 5-10% of the words are markers
+    own = counts[np.arange(3000), ds.y_test] / counts.sum(1).clip(1)
+    assert 0.8 < own.mean() < 0.9                                 # 0.9 purity, less the 5% wrong labels
+    vote = (counts[:, 1] > counts[:, 0]).astype(int)
+    assert 0.92 < (vote == ds.y_test).mean() < 0.97               # the ceiling: counting every marker
+    any_positive = (counts[:, 1] > 0).astype(int)
+    assert (any_positive == ds.y_test).mean() < 0.7               # one word decides little
+
+
 def test_the_legacy_kernel_reads_synthetic_files_the_modern_kernel_wrote(tmp_path):
     """numpy 2 pickles name `numpy._core`, which numpy 1.23 lacks; the readers must cope either way."""
     import subprocess
