@@ -266,7 +266,7 @@ def read_cifar10(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.nda
 # patterns, each image at its own contrast (CIFAR_CONTRAST times 1 +- CIFAR_SPREAD) under pixel noise
 # (CIFAR_NOISE). High-contrast images are learnt in a few steps, faint ones need many examples, so the
 # accuracy climbs for many epochs, as on real CIFAR-10, instead of reaching its ceiling in the second.
-CIFAR_MODES, CIFAR_CONTRAST, CIFAR_SPREAD, CIFAR_NOISE = 6, 45, 0.7, 55
+CIFAR_MODES, CIFAR_CONTRAST, CIFAR_SPREAD, CIFAR_NOISE = 8, 55, 0.7, 55
 
 
 def write_synthetic_cifar10(path: Path, n_train: int = 50000, n_test: int = 10000, seed: int = 0) -> None:
