@@ -98,7 +98,7 @@ _PROFILES = {
     "cnn_cifar10": {
         "full": CNNParams("full"),
         "cpu": CNNParams("cpu", epochs=4, n_train=2048, n_test=1000, warmup_steps=3, steps_per_repeat=4),
-        "tiny": CNNParams("tiny", epochs=8, batch_size=32, n_train=512, n_test=256, warmup_steps=1,
+        "tiny": CNNParams("tiny", epochs=12, batch_size=32, n_train=512, n_test=256, warmup_steps=1,
                           steps_per_repeat=1),
     },
     "gru_imdb": {
