@@ -17,7 +17,7 @@ import pytest
 
 from scripts import build_site, report, suite
 
-MACHINE = suite.ROOT / "results" / "cpu-2c-amd-epyc"        # committed results: every task at profile cpu
+MACHINE = suite.ROOT / "results" / "cpu-2c-amd-epyc-f26m2s1"   # committed results: every task at profile cpu
 PROFILE = "cpu"
 CHROMIUM = Path("/usr/bin/chromium")
 INSTALL = ["apt-get", "install", "-y", "--no-install-recommends", "chromium", "fonts-dejavu-core"]
