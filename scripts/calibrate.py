@@ -7,8 +7,8 @@ run (results.md warns when they differ by more than 10%).
 
 The measurement is the one every MFU figure uses: a large float32 matrix multiply, warm-up calls
 first, then repeats of several calls each; the median repeat gives GFLOP/s = 2 n^3 / time. It
-times every BLAS at hand on the CPU (PyTorch's MKL and numpy's OpenBLAS; the fastest is the peak)
-and cuBLAS with TF32 off on a GPU.
+times every BLAS at hand on the CPU (PyTorch's MKL and numpy's OpenBLAS) and oneDNN's 3x3
+convolution, keeping the fastest as the peak, and cuBLAS with TF32 off on a GPU.
 
     .venvs/modern/bin/python scripts/calibrate.py              # JSON on stdout
     .venvs/modern/bin/python scripts/calibrate.py --cuda       # also the GPU
@@ -50,14 +50,35 @@ def _numpy_mm(n: int):
     return (lambda: a @ b), None, f"numpy {np.__version__} ({blas})"
 
 
+CONV = (16, 512, 28)        # batch, channels in = out, height = width: a 3x3 convolution of ResNet-50's stage 3
+
+
+def _torch_conv():
+    """oneDNN's direct 3x3 convolution, channels-last: on AVX-512 CPUs it outruns every BLAS GEMM (on the
+    2-core Zen 5 EPYC, 489 GFLOP/s against OpenBLAS's 239), and the frameworks' convolutions run on it."""
+    import torch
+    batch, channels, size = CONV
+    x = torch.randn(batch, channels, size, size).contiguous(memory_format=torch.channels_last)
+    w = torch.randn(channels, channels, 3, 3)
+
+    def conv():
+        with torch.no_grad():
+            torch.nn.functional.conv2d(x, w, padding=1)
+    return conv, None, f"torch {torch.__version__} (oneDNN 3x3 convolution)"
+
+
+CONV_FLOP = 2.0 * CONV[0] * CONV[2] ** 2 * CONV[1] ** 2 * 9
+
+
 def _libraries(device: str, n: int):
-    """(name, (mm, sync, label)) for each library that can multiply on `device`."""
+    """(mm, sync, label, flop per call) for each library and kernel that can run on `device`."""
     found = []
-    for name, make in (("torch", lambda: _torch_mm(device, n)), ("numpy", lambda: _numpy_mm(n))):
-        if name == "numpy" and device != "cpu":
+    for name, make in (("torch", lambda: _torch_mm(device, n)), ("numpy", lambda: _numpy_mm(n)),
+                       ("conv", _torch_conv)):
+        if name != "torch" and device != "cpu":
             continue
         try:
-            found.append(make())
+            found.append((*make(), CONV_FLOP if name == "conv" else 2.0 * n ** 3))
         except ImportError:
             continue
     if not found:
@@ -68,15 +89,16 @@ def _libraries(device: str, n: int):
 def matmul_peak(device: str = "cpu", repeats: int = timing.MIN_REPEATS, warmup: int = 2, n: int | None = None) -> dict:
     """Median and best GFLOP/s of an n x n float32 matrix multiply on `device` ("cpu" or "cuda").
 
-    On the CPU every BLAS at hand is timed (PyTorch's MKL, numpy's OpenBLAS) and the fastest is the
-    peak: on an AMD CPU, MKL's float32 GEMM runs well below OpenBLAS's, and the frameworks' own
-    kernels (oneDNN, XLA) reach the faster one, so the slower peak would put MFU above 100%.
+    On the CPU every BLAS at hand is timed (PyTorch's MKL, numpy's OpenBLAS) and oneDNN's 3x3
+    convolution, and the fastest is the peak: on an AMD CPU, MKL's float32 GEMM runs well below
+    OpenBLAS's, and oneDNN's convolutions, which the frameworks use, outrun both; a slower peak
+    put MFU above 100%.
     """
     n = n or SIZES[device]
     calls = CALLS[device]
-    flop = 2.0 * n ** 3 * calls
     results = []
-    for mm, sync, library in _libraries(device, n):
+    for mm, sync, library, flop_per_call in _libraries(device, n):
+        flop = flop_per_call * calls
         def repeat():
             for _ in range(calls):
                 mm()
