@@ -36,10 +36,10 @@ def _torch_mm(device: str, n: int):
     a, b = (torch.randn(n, n, dtype=torch.float32, device=device) for _ in range(2))
     sync = torch.cuda.synchronize if device == "cuda" else None
     blas = "cuBLAS" if device == "cuda" else ("MKL" if torch.backends.mkl.is_available() else "BLAS")
-    return (lambda: torch.mm(a, b)), sync, f"torch {torch.__version__} ({blas})"
+    return (lambda: torch.mm(a, b)), sync, f"torch {torch.__version__} ({blas})", 2.0 * n ** 3
 
 
-def _numpy_mm(n: int):
+def _numpy_mm(device: str, n: int):
     import numpy as np
     rng = np.random.default_rng(0)
     a, b = (rng.standard_normal((n, n), dtype=np.float32) for _ in range(2))
@@ -47,15 +47,15 @@ def _numpy_mm(n: int):
         blas = np.show_config(mode="dicts")["Build Dependencies"]["blas"]["name"]
     except Exception:                              # numpy < 1.26 prints its config instead
         blas = "BLAS"
-    return (lambda: a @ b), None, f"numpy {np.__version__} ({blas})"
+    return (lambda: a @ b), None, f"numpy {np.__version__} ({blas})", 2.0 * n ** 3
 
 
 CONV = (16, 512, 28)        # batch, channels in = out, height = width: a 3x3 convolution of ResNet-50's stage 3
 
 
-def _torch_conv():
+def _torch_conv(device: str, n: int):
     """oneDNN's direct 3x3 convolution, channels-last: on AVX-512 CPUs it outruns every BLAS GEMM (on the
-    2-core Zen 5 EPYC, 489 GFLOP/s against OpenBLAS's 239), and the frameworks' convolutions run on it."""
+    2-core Zen 5 EPYC, about 500 GFLOP/s against OpenBLAS's 239), and the frameworks' convolutions run on it."""
     import torch
     batch, channels, size = CONV
     x = torch.randn(batch, channels, size, size).contiguous(memory_format=torch.channels_last)
@@ -64,21 +64,19 @@ def _torch_conv():
     def conv():
         with torch.no_grad():
             torch.nn.functional.conv2d(x, w, padding=1)
-    return conv, None, f"torch {torch.__version__} (oneDNN 3x3 convolution)"
+    flop = 2.0 * batch * size ** 2 * channels ** 2 * 9
+    return conv, None, f"torch {torch.__version__} (oneDNN 3x3 convolution)", flop
 
 
-CONV_FLOP = 2.0 * CONV[0] * CONV[2] ** 2 * CONV[1] ** 2 * 9
+KERNELS = {"cpu": (_torch_mm, _numpy_mm, _torch_conv), "cuda": (_torch_mm,)}
 
 
-def _libraries(device: str, n: int):
-    """(mm, sync, label, flop per call) for each library and kernel that can run on `device`."""
+def _kernels(device: str, n: int):
+    """(call, sync, label, flop per call) for each kernel on `device` whose library is installed."""
     found = []
-    for name, make in (("torch", lambda: _torch_mm(device, n)), ("numpy", lambda: _numpy_mm(n)),
-                       ("conv", _torch_conv)):
-        if name != "torch" and device != "cpu":
-            continue
+    for make in KERNELS[device]:
         try:
-            found.append((*make(), CONV_FLOP if name == "conv" else 2.0 * n ** 3))
+            found.append(make(device, n))
         except ImportError:
             continue
     if not found:
@@ -87,7 +85,7 @@ def _libraries(device: str, n: int):
 
 
 def matmul_peak(device: str = "cpu", repeats: int = timing.MIN_REPEATS, warmup: int = 2, n: int | None = None) -> dict:
-    """Median and best GFLOP/s of an n x n float32 matrix multiply on `device` ("cpu" or "cuda").
+    """Median and best GFLOP/s of the fastest float32 kernel on `device` ("cpu" or "cuda"), n x n for a matmul.
 
     On the CPU every BLAS at hand is timed (PyTorch's MKL, numpy's OpenBLAS) and oneDNN's 3x3
     convolution, and the fastest is the peak: on an AMD CPU, MKL's float32 GEMM runs well below
@@ -97,7 +95,7 @@ def matmul_peak(device: str = "cpu", repeats: int = timing.MIN_REPEATS, warmup: 
     n = n or SIZES[device]
     calls = CALLS[device]
     results = []
-    for mm, sync, library, flop_per_call in _libraries(device, n):
+    for mm, sync, library, flop_per_call in _kernels(device, n):
         flop = flop_per_call * calls
         def repeat():
             for _ in range(calls):

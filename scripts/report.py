@@ -422,8 +422,9 @@ def calibration_section(rows: list[dict], runs: dict[str, dict]) -> list[str]:
     """Per run the rows come from: the peak GFLOP/s before and after the suite (a warning where they
     differ by more than DRIFT_LIMIT), the load averages, the harness overhead against the shortest step."""
     parts = ["## Machine calibration", "",
-             "Each run measures this machine's peak float32 matrix-multiply GFLOP/s (`scripts/calibrate.py`: a large "
-             "matmul in every BLAS at hand and a oneDNN 3x3 convolution, the fastest kept, warm-up and repeats, median) before and after the suite; MFU divides by the peak before. "
+             "Each run measures this machine's peak float32 GFLOP/s (`scripts/calibrate.py`: a large matmul in "
+             "every BLAS at hand and a oneDNN 3x3 convolution, the fastest kept, warm-up and repeats, median) "
+             "before and after the suite; MFU divides by the peak before. "
              "A peak that moved by more than 10% means the machine was not equally fast throughout.", ""]
     if not runs:
         return parts + ["No row names a run of `run_all.py` (records written before the run metadata, or by a "

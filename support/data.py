@@ -271,6 +271,12 @@ CIFAR_MODES, CIFAR_CONTRAST, CIFAR_SPREAD, CIFAR_NOISE = 8, 55, 0.7, 55
 CIFAR_FAINT, CIFAR_FAINT_CONTRAST = 0.35, (4, 16)
 
 
+def cifar10_patterns(rng) -> np.ndarray:
+    """The synthetic CIFAR-10's smooth 32x32 colour patterns, (10 classes, CIFAR_MODES, 3, 32, 32): the
+    writer's first draw from `rng`."""
+    return np.kron(rng.standard_normal((10, CIFAR_MODES, 3, 4, 4)), np.ones((8, 8)))
+
+
 def write_synthetic_cifar10(path: Path, n_train: int = 50000, n_test: int = 10000, seed: int = 0) -> None:
     """A `cifar-10-python.tar.gz` whose images are class-dependent colour patterns under noise.
 
@@ -278,7 +284,7 @@ def write_synthetic_cifar10(path: Path, n_train: int = 50000, n_test: int = 1000
     and the faint images keep the best accuracy of a small run well below that.
     """
     rng = np.random.RandomState(seed)
-    prototypes = np.kron(rng.standard_normal((10, CIFAR_MODES, 3, 4, 4)), np.ones((8, 8)))   # smooth 32x32
+    prototypes = cifar10_patterns(rng)
 
     def images(n):
         labels = rng.randint(0, 10, n)
@@ -366,17 +372,23 @@ IMDB_MARKER_RATE = (0.05, 0.1)   # share of a review's words that are markers, l
 IMDB_PURITY = 0.9          # share of a review's markers from its own class; the rest from the other
 
 
+def imdb_markers(rng) -> np.ndarray:
+    """The synthetic IMDB's marker-word ranks, (2, IMDB_MARKERS) for negative and positive: the writer's
+    first draw from `rng`."""
+    return rng.choice(np.arange(50, 3000), size=(2, IMDB_MARKERS), replace=False)
+
+
 def write_synthetic_imdb(path: Path, n_train: int = 25000, n_test: int = 25000, seed: int = 0) -> None:
     """An `imdb.npz` of Zipf-like reviews where each sentiment has its own marker words.
 
     A review's markers are sparse (5-10% of its words) and one in ten comes from the other class, so a
     GRU has to carry evidence across the sequence rather than spot one word: like a GRU on real IMDB,
-    it spends its first few hundred steps near chance before it learns. One label in ten is random
+    it spends its first hundred or so steps near chance before it learns. One label in ten is random
     (`_noisy`, and one in twenty ends up wrong), so the best accuracy is about 0.95; the `cpu` profile
     ends near 0.8, still improving.
     """
     rng = np.random.RandomState(seed)
-    markers = rng.choice(np.arange(50, 3000), size=(2, IMDB_MARKERS), replace=False)   # negative / positive
+    markers = imdb_markers(rng)
     lo, hi = np.log(IMDB_MARKER_RATE)
 
     def reviews(n):

@@ -44,8 +44,7 @@ def test_synthetic_cifar10_has_a_ceiling_near_091_that_a_template_matcher_reache
     path = tmp_path / "cifar-10-python.tar.gz"
     D.write_synthetic_cifar10(path, n_train=5, n_test=2000)
     _, _, x_test, y_test = D.read_cifar10(path)
-    rng = np.random.RandomState(0)                                 # the writer's first draw: the patterns
-    patterns = np.kron(rng.standard_normal((10, D.CIFAR_MODES, 3, 4, 4)), np.ones((8, 8))).reshape(10, D.CIFAR_MODES, -1)
+    patterns = D.cifar10_patterns(np.random.RandomState(0)).reshape(10, D.CIFAR_MODES, -1)   # seed 0's
     patterns /= np.linalg.norm(patterns, axis=-1, keepdims=True)
     match = np.einsum("nd,cmd->ncm", x_test.reshape(2000, -1) - 127.0, patterns).max(-1)   # best mode per class
     assert 0.88 < (match.argmax(1) == y_test).mean() < 0.94
@@ -398,8 +397,7 @@ def test_synthetic_imdb_needs_evidence_across_the_review_and_has_a_ceiling_near_
     path = tmp_path / "imdb.npz"
     D.write_synthetic_imdb(path, n_train=1, n_test=3000)
     ds = D.imdb(path, n_train=1, n_test=3000, max_len=150)
-    rng = np.random.RandomState(0)                                 # the writer's first draw: the markers
-    markers = rng.choice(np.arange(50, 3000), size=(2, D.IMDB_MARKERS), replace=False) + D.IMDB_INDEX_FROM
+    markers = D.imdb_markers(np.random.RandomState(0)) + D.IMDB_INDEX_FROM         # seed 0's, as indices
     counts = np.stack([np.isin(ds.x_test, m).sum(1) for m in markers], axis=1)      # (n, 2)
     seen = (ds.x_test > 0).sum(1)
     share = counts.sum(1) / seen
