@@ -222,9 +222,7 @@ def test_an_interrupted_run_keeps_its_records_and_stops_the_kernel(tmp_path):
     write_notebook(tmp_path / "notebooks" / "gru_imdb" / "pytorch.ipynb", "gru_imdb", "pytorch",
                    "import time\ntime.sleep(600)")
     out = tmp_path / "results" / "box"
-    proc = subprocess.Popen([sys.executable, str(suite.ROOT / "scripts" / "run_all.py"), "--notebooks",
-                             str(tmp_path / "notebooks"), "--results", str(tmp_path / "results"), "--machine", "box",
-                             "--profile", "tiny", "--no-readme"], stdout=subprocess.PIPE, text=True)
+    proc = runner_process(tmp_path, site=True)
     hanging = out / ".staging" / "tiny" / "gru_imdb__pytorch" / "gru_imdb__pytorch.log"      # the run in progress
     wait_for(lambda: hanging.exists() and "Executing Cell 4" in hanging.read_text(), what="the kernel to sleep")
     children = psutil.Process(proc.pid).children(recursive=True)
@@ -280,9 +278,17 @@ def runner_args(tmp_path, *extra):
             "--profile", "tiny", "--no-readme", "--no-site", "--timeout", "120", *extra]
 
 
-def runner_process(tmp_path, *extra):
-    return subprocess.Popen([sys.executable, str(suite.ROOT / "scripts" / "run_all.py"), *runner_args(tmp_path, *extra)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+def default_interrupt():
+    """In the runner's process, before it starts: Ctrl-C raises KeyboardInterrupt, as in a terminal. A shell
+    that starts the tests in the background (`make test &`, a script) leaves SIGINT ignored in them, and
+    Python keeps an ignored SIGINT, so the interrupt tests would wait on a runner that never hears it."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def runner_process(tmp_path, *extra, site=False):
+    args = [arg for arg in runner_args(tmp_path, *extra) if not (site and arg == "--no-site")]
+    return subprocess.Popen([sys.executable, str(suite.ROOT / "scripts" / "run_all.py"), *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=default_interrupt)
 
 
 def run_files(out, key="gru_imdb__pytorch", task="gru_imdb", name="pytorch"):
