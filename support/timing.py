@@ -49,18 +49,39 @@ class Stopwatch:
         self.unit, self.warmup, self.sync, self.clock = unit, warmup, sync, clock
         self.laps: list[float] = []
         self.samples: list[int] = []
+        self._opened: float | None = None      # the clock when the open lap began; None between laps
+
+    def start(self) -> None:
+        """Open a lap (after `sync`); `stop()` closes it. For code that cannot wrap the lap in a `with`
+        block, such as a framework's callback with its own begin and end hooks."""
+        if self._opened is not None:
+            raise RuntimeError(f"Stopwatch('{self.unit}').start(): a lap is open already; stop() it first")
+        if self.sync:
+            self.sync()
+        self._opened = self.clock()
+
+    def stop(self, samples: int = 0) -> float:
+        """Close the open lap (after `sync`) and keep it; `samples` is how many examples it processed
+        (for throughput). Returns the lap's seconds."""
+        if self._opened is None:
+            raise RuntimeError(f"Stopwatch('{self.unit}').stop(): no lap is open; call start() first")
+        if self.sync:
+            self.sync()
+        seconds, self._opened = self.clock() - self._opened, None
+        self.laps.append(seconds)
+        self.samples.append(samples)
+        return seconds
 
     @contextmanager
     def lap(self, samples: int = 0):
-        """Time the block; `samples` is how many examples it processed (for throughput)."""
-        if self.sync:
-            self.sync()
-        start = self.clock()
-        yield
-        if self.sync:
-            self.sync()
-        self.laps.append(self.clock() - start)
-        self.samples.append(samples)
+        """Time the block as one lap; a block that raises leaves no lap."""
+        self.start()
+        try:
+            yield
+        except BaseException:
+            self._opened = None
+            raise
+        self.stop(samples)
 
     @property
     def last(self) -> float:

@@ -40,6 +40,39 @@ def test_sync_runs_before_each_clock_read():
     assert events == ["sync", "clock", "work", "sync", "clock"]
 
 
+def test_start_and_stop_time_a_lap_as_the_with_block_does():
+    events, reads = [], iter([1.0, 4.0])
+    watch = timing.Stopwatch(warmup=0, sync=lambda: events.append("sync"),
+                             clock=lambda: events.append("clock") or next(reads))
+    watch.start()
+    events.append("work")
+    assert watch.stop(samples=8) == 3.0
+    assert events == ["sync", "clock", "work", "sync", "clock"]
+    assert watch.laps == [3.0] and watch.samples == [8] and watch.last == 3.0
+
+
+def test_start_twice_or_stop_alone_is_one_clear_error():
+    watch = timing.Stopwatch("epoch", clock=FakeClock([1.0]))
+    with pytest.raises(RuntimeError, match=r"Stopwatch\('epoch'\)\.stop\(\): no lap is open; call start\(\) first"):
+        watch.stop()
+    watch.start()
+    with pytest.raises(RuntimeError, match=r"a lap is open already; stop\(\) it first"):
+        watch.start()
+    watch.stop()
+    assert watch.laps == [1.0]
+
+
+def test_a_lap_that_raises_is_not_kept_and_the_next_one_starts():
+    watch = timing.Stopwatch(warmup=0, clock=iter([0.0, 10.0, 15.0]).__next__)
+    with pytest.raises(KeyboardInterrupt):
+        with watch.lap():
+            raise KeyboardInterrupt
+    assert watch.laps == []
+    with watch.lap(samples=3):
+        pass
+    assert watch.laps == [5.0] and watch.samples == [3]
+
+
 def test_benchmark_calls_warmup_plus_repeats():
     calls = []
     s = timing.benchmark(lambda: calls.append(1), repeats=4, warmup=2, samples=8, clock=FakeClock([1.0] * 6))
