@@ -69,3 +69,34 @@ def file_lock(path):
         finally:
             if fcntl is not None:
                 fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:     # somebody else's process
+        return True
+    return True
+
+
+def scratch(task: str, framework: str) -> Path:
+    """An empty folder of this process's own for the files a notebook writes on its way (saved
+    models, exported graphs): `<cache>/scratch/<task>/<framework>/<pid>/`, inside the project's
+    cache (ignored by git). Two runs of a notebook at once (Keras's backends, DenseNet's modes) get
+    two folders; the folders of processes that have ended are removed, so the files of the last
+    run stay to look at, and nothing piles up."""
+    import shutil
+
+    from support.env import cache_dir
+
+    parent = cache_dir() / "scratch" / task / framework
+    parent.mkdir(parents=True, exist_ok=True)
+    for old in parent.iterdir():
+        if old.name.isdigit() and not _alive(int(old.name)):
+            shutil.rmtree(old, ignore_errors=True)
+    folder = parent / str(os.getpid())
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir()
+    return folder

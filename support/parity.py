@@ -9,6 +9,7 @@ same function, so their timings compare like with like.
     expected = parity.reference("cnn_cifar10", weights, x)
     error = parity.relative_error(outputs, expected)  # < 1e-4 in float32
     extra = parity.compare("cnn_cifar10", outputs, weights, x)   # the same, printed, as record fields
+    saved = parity.agree("save_load", restored_outputs, outputs)  # two of a model's outputs, same tolerance
 
 The weights are random (seeded, so every kernel writes the same file) and scaled so activations
 stay O(1) through the network; batch-norm running statistics are not the trivial 0 and 1, so a
@@ -295,3 +296,14 @@ def compare(task: str, outputs, weights: dict, x: np.ndarray) -> dict:
     print(f"parity: largest deviation from the numpy reference {error:.1e} of the {scale}' scale "
           f"({'within' if error < TOLERANCE else 'OUTSIDE'} the tolerance {TOLERANCE:g})")
     return {"parity": {"max_rel_error": error, "outputs_shape": list(np.shape(outputs))}}
+
+
+def agree(check: str, outputs, expected) -> dict:
+    """One model's outputs against another's on the same batch, for the checks that need no numpy
+    reference: a model restored from its saved file (`check="save_load"`), or its exported graph
+    run in ONNX Runtime (`check="onnx"`). Prints the verdict in one line and returns the record's
+    field, `{check: {"max_rel_error": ...}}`; the tolerance is the parity one."""
+    error = relative_error(outputs, expected)
+    print(f"{check}: largest deviation {error:.1e} of the outputs' scale "
+          f"({'within' if error < TOLERANCE else 'OUTSIDE'} the tolerance {TOLERANCE:g})")
+    return {check: {"max_rel_error": error, "outputs_shape": list(np.shape(outputs))}}

@@ -525,3 +525,22 @@ def test_one_hot_and_layouts():
     x = np.arange(2 * 3 * 4 * 5).reshape(2, 3, 4, 5)
     assert D.channel_last(x).shape == (2, 4, 5, 3) and D.channel_last(x).flags.c_contiguous
     assert D.fake_images(2, 8, channel_first=False).shape == (2, 8, 8, 3)
+
+
+def test_scratch_folders_are_per_process_and_the_ended_ones_go(tmp_path, monkeypatch):
+    import os
+    import subprocess
+
+    from support import files
+
+    monkeypatch.setenv("DLROSETTA_CACHE", str(tmp_path))
+    ended = subprocess.Popen(["true"])
+    ended.wait()
+    stale = tmp_path / "scratch" / "gru_imdb" / "keras" / str(ended.pid)
+    (stale / "model.keras").parent.mkdir(parents=True)
+    (stale / "model.keras").write_bytes(b"old")
+    mine = files.scratch("gru_imdb", "keras")
+    assert mine == tmp_path / "scratch" / "gru_imdb" / "keras" / str(os.getpid()) and mine.is_dir()
+    assert not stale.exists()                             # its process has ended
+    (mine / "model.keras").write_bytes(b"new")
+    assert files.scratch("gru_imdb", "keras") == mine and not any(mine.iterdir())    # emptied for a new start

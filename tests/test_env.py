@@ -82,3 +82,18 @@ def test_the_registry_and_what_it_imports_need_no_numpy():
             "import scripts.suite as s; print(len(s.TASKS))")
     proc = subprocess.run([sys.executable, "-c", code, str(env.ROOT)], capture_output=True, text=True)
     assert proc.returncode == 0 and proc.stdout.strip() == "4", proc.stderr
+
+
+def test_describe_reads_the_framework_from_its_module_and_names_an_unknown_one():
+    import types
+
+    import torch
+    info = env.describe(torch, batch_note="x", cuda=None)
+    assert (info["framework"], info["framework_version"], info["device"]) == ("torch", torch.__version__, "cpu")
+    assert info["threads"] == torch.get_num_threads() and info["batch_note"] == "x" and "cuda" not in info
+    try:
+        env.describe(types.ModuleType("sklearn"))
+    except ValueError as err:
+        assert "sklearn" in str(err) and "torch" in str(err)
+    else:
+        raise AssertionError("an unknown framework module was accepted")
