@@ -14,6 +14,13 @@ where it is built (by default inside the results folder it reads).
 
 The rows come from PyTorch's headings: `suite.check_headings` makes the build fail with an error
 that names any notebook whose headings differ, so the parallel structure cannot rot.
+
+The concordance page (`concordance.html`) looks things up by concept instead: one table per task,
+one row per concept (define the model, move to the device, loss, ...; `CONCEPTS`), one column per
+framework, holding the notebook cells tagged `concept:<name>` (Jupyter cell tags), each linked to
+its place on the task page. A notebook that lacks a concept another notebook of its task tags, or
+a tag outside `CONCEPTS`, stops the build with an error naming the notebook: where a framework does
+a step implicitly or not at all, its notebook tags the markdown cell that says so.
 """
 from __future__ import annotations
 
@@ -32,6 +39,23 @@ TEMPLATES = Path(__file__).resolve().parent / "site_templates"
 LABELS = {"pytorch": "PyTorch", "tensorflow": "TensorFlow", "keras": "Keras 3", "jax": "JAX + Flax",
           "mxnet": "MXNet", "chainer": "Chainer"}
 INTRODUCTION = "Introduction"       # the row for the cells above a notebook's first `## ` heading
+CONCEPT_TAG = "concept:"
+# The concordance's rows, in order: tag suffix -> what a learner looks up.
+CONCEPTS = {
+    "model": "Define the model",
+    "device": "Move to the device",
+    "loss": "Loss",
+    "gradient": "Gradients",
+    "optimizer-step": "Optimizer step",
+    "train-mode": "Training mode",
+    "eval-mode": "Evaluation mode",
+    "no-grad": "Inference without gradients",
+    "mixed-precision": "Mixed precision",
+    "compile": "Compile",
+    "save": "Save",
+    "load": "Load",
+    "export": "Export",
+}
 PYGMENTS_STYLE = "default"
 
 
@@ -70,19 +94,27 @@ class Renderer:
         return self.formatter.get_style_defs(".highlight")
 
 
+def cell_anchor(framework: str, cell_id: str) -> str:
+    """The id of a notebook cell on its task page, which the concordance links to."""
+    return f"cell-{framework}-{cell_id}"
+
+
 def sections(path: Path, render: Renderer) -> dict[str, list[dict]]:
     """A notebook's cells as HTML, grouped by the `## ` heading above them (the heading line itself
-    goes to the row's title). Cells above the first heading form the INTRODUCTION row."""
+    goes to the row's title). Cells above the first heading form the INTRODUCTION row. Each cell
+    carries its anchor on the task page (a split markdown cell, on its first part)."""
     import nbformat
 
     nb = nbformat.read(path, as_version=4)
     found: dict[str, list[dict]] = {}
     current = INTRODUCTION
     for cell in nb.cells:
+        anchor = cell_anchor(path.stem, cell.get("id", ""))
         if cell.cell_type == "code":
             if cell.source.strip():
                 tag = "parameters" if "parameters" in cell.metadata.get("tags", []) else ""
-                found.setdefault(current, []).append({"kind": "code", "html": render.code(cell.source), "tag": tag})
+                found.setdefault(current, []).append({"kind": "code", "html": render.code(cell.source), "tag": tag,
+                                                      "anchor": anchor})
             continue
         if cell.cell_type != "markdown":
             continue
@@ -92,11 +124,58 @@ def sections(path: Path, render: Renderer) -> dict[str, list[dict]]:
                 text.append(line)
                 continue
             if "\n".join(text).strip():
-                found.setdefault(current, []).append({"kind": "markdown", "html": render.markdown("\n".join(text))})
+                found.setdefault(current, []).append({"kind": "markdown", "html": render.markdown("\n".join(text)),
+                                                      "anchor": anchor})
+                anchor = ""
             text = []
             if line.strip() != "##":
                 current = line[3:].strip()
     return found
+
+
+def concept_cells(path: Path, render: Renderer) -> dict[str, list[dict]]:
+    """The cells of a notebook tagged `concept:<name>`, by concept: their HTML, their section and
+    their anchor on the task page. A tag outside CONCEPTS is a ValueError naming the notebook."""
+    import nbformat
+
+    nb = nbformat.read(path, as_version=4)
+    found: dict[str, list[dict]] = {}
+    section = INTRODUCTION
+    for cell in nb.cells:
+        if cell.cell_type == "markdown":
+            section = next((line[3:].strip() for line in cell.source.splitlines() if line.startswith("## ")), section)
+        for tag in cell.metadata.get("tags", []):
+            if not tag.startswith(CONCEPT_TAG):
+                continue
+            concept = tag[len(CONCEPT_TAG):]
+            if concept not in CONCEPTS:
+                raise ValueError(f"{suite.shown(path)}: cell {cell.get('id')!r} has the tag {tag!r}, which is no concept; "
+                                 f"the concepts are {', '.join(CONCEPT_TAG + c for c in CONCEPTS)}")
+            source = re.sub(r"^## .*\n?", "", cell.source, flags=re.M).strip() if cell.cell_type == "markdown" else cell.source
+            html = render.code(source) if cell.cell_type == "code" else render.markdown(source)
+            found.setdefault(concept, []).append({"kind": "code" if cell.cell_type == "code" else "markdown",
+                                                  "html": html, "section": section,
+                                                  "anchor": cell_anchor(path.stem, cell.get("id", ""))})
+    return found
+
+
+def concordance(task: str, notebooks: Path, render: Renderer) -> dict:
+    """One task's table: its concepts (every concept any of its notebooks tags, in CONCEPTS order) by
+    framework. A notebook without a cell for one of them is a ValueError that names it, the concept,
+    and the notebooks that have it."""
+    frameworks = [f for f in suite.FRAMEWORKS if (notebooks / task / f"{f}.ipynb").exists()]
+    cells = {f: concept_cells(notebooks / task / f"{f}.ipynb", render) for f in frameworks}
+    concepts = [c for c in CONCEPTS if any(c in cells[f] for f in frameworks)]
+    for f in frameworks:
+        for concept in concepts:
+            if concept not in cells[f]:
+                others = ", ".join(f"{g}.ipynb" for g in frameworks if concept in cells[g])
+                raise ValueError(f"{suite.shown(notebooks / task / f'{f}.ipynb')} has no cell tagged "
+                                 f"'{CONCEPT_TAG}{concept}' ({CONCEPTS[concept]}), which {others} tag; tag the cell "
+                                 "that does it, or the markdown cell that says why this framework needs none")
+    return {"task": task, "title": report.TASK_TITLES.get(task, task), "id": f"t-{task}",
+            "rows": [{"concept": c, "title": CONCEPTS[c], "cells": {f: cells[f][c] for f in frameworks}}
+                     for c in concepts]}
 
 
 def latest_profile(rows: list[dict]) -> str | None:
@@ -169,6 +248,8 @@ def build(machine_dir: Path, out_dir: Path | None = None, profile: str | None = 
     render = Renderer()
     tasks = [t for t in suite.TASKS if any((notebooks / t).glob("*.ipynb"))]
     pages = {t: task_page(t, notebooks, rows, profile, machine_dir, out_dir, render) for t in tasks}
+    tables = [concordance(t, notebooks, render) for t in tasks]      # checked before anything is written
+    frameworks = [f for f in suite.FRAMEWORKS if any((notebooks / t / f"{f}.ipynb").exists() for t in tasks)]
     environment = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True,
                                      undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
     common = {"tasks": [(t, pages[t]["title"]) for t in tasks], "machine": machine_dir.name, "profile": profile}
@@ -181,6 +262,8 @@ def build(machine_dir: Path, out_dir: Path | None = None, profile: str | None = 
         results_md=href(results_md, out_dir) if results_md.exists() else None))
     for task, page in pages.items():
         atomic_write(out_dir / f"{task}.html", environment.get_template("task.html").render(common, **page, page=task))
+    atomic_write(out_dir / "concordance.html", environment.get_template("concordance.html").render(
+        common, page="concordance", tables=tables, columns=[{"framework": f, "label": label(f)} for f in frameworks], default=",".join(frameworks[:2])))
     css = (TEMPLATES / "site.css").read_text() + f"\n/* Pygments, style '{PYGMENTS_STYLE}' */\n" + render.css() + "\n"
     atomic_write(out_dir / "site.css", css)
     atomic_write(out_dir / "site.js", (TEMPLATES / "site.js").read_bytes())

@@ -98,7 +98,8 @@ def visible_columns(page) -> dict[str, set[str]]:
 
 
 def test_the_site_has_an_index_and_a_page_per_task(site):
-    assert {p.name for p in site.iterdir()} == {"index.html", "site.css", "site.js"} | {f"{t}.html" for t in suite.TASKS}
+    assert {p.name for p in site.iterdir()} == ({"index.html", "concordance.html", "site.css", "site.js"}
+                                               | {f"{t}.html" for t in suite.TASKS})
     assert ".highlight .k " in (site / "site.css").read_text()      # Pygments' style travels with the site
 
 
@@ -196,3 +197,97 @@ def test_a_task_without_results_still_shows_its_notebooks(tmp_path):
     text = (index.parent / "gru_imdb.html").read_text()
     assert "No results for this task on <code>new-machine</code>" in text and 'data-section="Train"' in text
     assert "No results for this machine yet" in index.read_text()
+
+
+# The concordance's rows: every concept a task's notebooks must tag (mixed precision comes with the
+# precision variants). ResNet-50 extracts features: nothing is trained, saved or restored.
+TRAINING_CONCEPTS = ["model", "device", "loss", "gradient", "optimizer-step", "train-mode", "eval-mode", "no-grad",
+                     "compile", "save", "load", "export"]
+CONCEPTS = {"cnn_cifar10": TRAINING_CONCEPTS, "gru_imdb": TRAINING_CONCEPTS, "densenet_chestxray": TRAINING_CONCEPTS,
+            "resnet50_features": ["model", "device", "eval-mode", "no-grad", "compile", "export"]}
+
+
+def test_the_concordance_has_every_concept_of_every_task_in_every_framework(site, page, screenshots):
+    page.goto((site / "concordance.html").as_uri() + "#" + ",".join(suite.FRAMEWORKS))
+    tasks = page.eval_on_selector_all(".concordance", "tables => tables.map(t => t.dataset.task)")
+    assert tasks == list(suite.TASKS)
+    for task in suite.TASKS:
+        concepts = page.eval_on_selector_all(f'.concordance[data-task="{task}"] .concept',
+                                             "rows => rows.map(r => r.dataset.concept)")
+        assert concepts == CONCEPTS[task], task
+        for concept in concepts:
+            row = f'.concordance[data-task="{task}"] .concept[data-concept="{concept}"]'
+            cells = page.eval_on_selector_all(f"{row} .col", """cols => cols.map(c => [c.dataset.framework,
+                c.querySelectorAll('.code pre, .md p').length, c.querySelectorAll('a.place').length])""")
+            assert [f for f, _, _ in cells] == frameworks(task), (task, concept)
+            assert all(shown and links for _, shown, links in cells), (task, concept, cells)
+    page.goto((site / "concordance.html").as_uri())            # the default pair, as a reader first sees it
+    assert all(page.locator(f'.concordance .col[data-framework="{f}"]').first.is_visible() is (f in ("pytorch", "tensorflow"))
+               for f in suite.FRAMEWORKS)
+    path = screenshots / "concordance.png"
+    page.screenshot(path=path)
+    assert path.stat().st_size > 50_000
+    print(f"\nscreenshot: {path} (the concordance's first rows, PyTorch beside TensorFlow)")
+
+
+def test_a_concordance_link_opens_its_cell_on_the_task_page(site, page, screenshots):
+    page.goto((site / "concordance.html").as_uri())
+    link = page.locator('.concordance[data-task="gru_imdb"] .concept[data-concept="gradient"] '
+                        '.col[data-framework="tensorflow"] a.place').first
+    target = link.get_attribute("href")
+    assert target.startswith("gru_imdb.html#cell-tensorflow-")
+    link.click()
+    page.wait_for_load_state()
+    assert page.url.endswith(target)
+    cell = page.locator(f"#{target.split('#')[1]}")
+    assert cell.is_visible() and "target" in cell.get_attribute("class")
+    box = cell.bounding_box()
+    bar = page.locator(".bar").bounding_box()
+    assert bar["height"] <= box["y"] < page.viewport_size["height"]       # below the sticky bar, on screen
+    assert all(shown == ["pytorch", "tensorflow"] for shown in visible_columns(page).values())
+    page.goto((site / "concordance.html").as_uri())
+    page.locator('.concordance[data-task="cnn_cifar10"] .concept[data-concept="compile"] '
+                 '.col[data-framework="pytorch"] a.place').first.click()
+    page.wait_for_load_state()
+    assert all(shown == ["pytorch", "tensorflow"] for shown in visible_columns(page).values())
+    page.screenshot(path=screenshots / "concordance-link.png")
+
+
+def edited_notebooks(tmp_path, task, framework, edit):
+    """A copy of the notebooks with one notebook changed by `edit(nb)`; returns its path."""
+    shutil.copytree(suite.NOTEBOOKS, tmp_path / "notebooks")
+    path = tmp_path / "notebooks" / task / f"{framework}.ipynb"
+    nb = nbformat.read(path, as_version=4)
+    edit(nb)
+    nbformat.write(nb, path)
+    return path
+
+
+def build_fails(tmp_path, capsys) -> str:
+    assert build_site.main(["--results", str(MACHINE.parent), "--machine", MACHINE.name, "--out",
+                            str(tmp_path / "site"), "--notebooks", str(tmp_path / "notebooks")]) == 1
+    assert not (tmp_path / "site").exists()          # checked before anything is written
+    return capsys.readouterr().err
+
+
+def test_a_notebook_without_a_concept_stops_the_build_with_its_name(tmp_path, capsys):
+    def untag(nb):
+        for cell in nb.cells:
+            cell.metadata["tags"] = [t for t in cell.metadata.get("tags", []) if t != "concept:compile"]
+
+    path = edited_notebooks(tmp_path, "gru_imdb", "chainer", untag)
+    err = build_fails(tmp_path, capsys)
+    assert err.startswith(f"build_site.py: {path} has no cell tagged 'concept:compile' (Compile), which pytorch.ipynb, ")
+    assert err.rstrip().endswith("tag the cell that does it, or the markdown cell that says why this framework needs none")
+    assert err.count("\n") == 1
+
+
+def test_an_unknown_concept_tag_stops_the_build_with_its_name(tmp_path, capsys):
+    def mistag(nb):
+        cell = next(c for c in nb.cells if c.cell_type == "code" and "concept:loss" in c.metadata.get("tags", []))
+        cell.metadata["tags"] = [t.replace("concept:loss", "concept:losses") for t in cell.metadata["tags"]]
+
+    path = edited_notebooks(tmp_path, "cnn_cifar10", "jax", mistag)
+    err = build_fails(tmp_path, capsys)
+    assert err.startswith(f"build_site.py: {path}: cell ") and "has the tag 'concept:losses', which is no concept" in err
+    assert "concept:loss, concept:gradient" in err and err.count("\n") == 1
