@@ -128,6 +128,45 @@ def test_the_tiny_suite_fills_the_tables(tiny_suite):
     assert all(f"plots/tiny/{task}.png" in (tiny_suite / "results.md").read_text() for task in suite.TASKS)
 
 
+TRAINING_TASKS = [t for t in suite.TASKS if tasks.get(t).unit == "epoch"]
+
+
+@pytest.mark.parametrize("job", [j for j in JOBS if j.task in TRAINING_TASKS], ids=lambda j: j.key)
+def test_the_saved_model_loads_into_a_fresh_one_that_computes_the_same(tiny_suite, private_cache, job):
+    record = json.loads((tiny_suite / "records" / "tiny" / f"{job.key}.json").read_text())
+    assert "save_load" in record, f"{job.title} recorded no save-and-load check"
+    error = record["save_load"]["max_rel_error"]
+    assert error < parity.TOLERANCE, f"{job.title}: the restored model deviates by {error:.1e} of the outputs' scale"
+    saved = [p for p in (private_cache / "scratch" / job.task / job.framework).rglob("*") if p.is_file()]
+    assert saved and all(p.stat().st_size > 0 for p in saved), f"{job.title} left nothing in its scratch folder"
+
+
+# ONNX: job key -> the text of the error that keeps its exported graph from running in ONNX Runtime
+# (recorded by the notebook as {"onnx": {"unavailable": ...}}, and said in the notebook and README).
+JAX2ONNX_CONV = "parameters to jaxpr equations must have __hash__ and __eq__"      # nnx.Conv's explicit padding
+JAX2ONNX_POOL = "MaxPool node"                     # MaxPooling2D as a 4-D MaxPool that ONNX Runtime rejects
+ONNX_UNAVAILABLE = {
+    "densenet_chestxray__jax__loader": JAX2ONNX_CONV, "densenet_chestxray__jax__ram": JAX2ONNX_CONV,
+    "resnet50_features__jax": JAX2ONNX_CONV,
+    "cnn_cifar10__keras__jax": JAX2ONNX_POOL, "resnet50_features__keras__jax": JAX2ONNX_POOL,
+    "densenet_chestxray__keras__jax-loader": JAX2ONNX_POOL, "densenet_chestxray__keras__jax-ram": JAX2ONNX_POOL,
+    "gru_imdb__chainer": "KeyError: 'Permutate'",     # onnx-chainer 1.3.2 cannot convert L.NStepGRU's functions
+}
+
+
+@pytest.mark.parametrize("job", JOBS, ids=lambda j: j.key)
+def test_the_exported_onnx_graph_computes_the_same_in_onnx_runtime(tiny_suite, job):
+    record = json.loads((tiny_suite / "records" / "tiny" / f"{job.key}.json").read_text())
+    assert "onnx" in record, f"{job.title} recorded no ONNX export check"
+    if job.key in ONNX_UNAVAILABLE:
+        assert ONNX_UNAVAILABLE[job.key] in record["onnx"].get("unavailable", ""), (
+            f"{job.title} now exports ({record['onnx']}): drop its entry from ONNX_UNAVAILABLE and the README")
+        pytest.xfail(f"{job.title}: {record['onnx']['unavailable']}")
+    assert "unavailable" not in record["onnx"], f"{job.title}: {record['onnx']['unavailable']}"
+    error = record["onnx"]["max_rel_error"]
+    assert error < parity.TOLERANCE, f"{job.title}: ONNX Runtime deviates by {error:.1e} of the outputs' scale"
+
+
 # Parity: (task, framework) -> why its notebook cannot reach parity.TOLERANCE. Empty: every
 # framework computes the reference's function; an entry here must also be explained in the notebook.
 PARITY_EXCEPTIONS = {}
@@ -167,3 +206,39 @@ def test_the_tiny_suite_builds_the_side_by_side_reader(tiny_suite):
     assert "profile <code>tiny</code>" in (site / "index.html").read_text()
     cnn = (site / "cnn_cifar10.html").read_text()
     assert 'data-section="Train"' in cnn and "executed (module)</a>" in cnn and "../plots/tiny/cnn_cifar10.png" in cnn
+
+
+def test_notebook_lines_counts_model_and_other_code_and_the_prose(tmp_path):
+    from scripts import notebook_lines
+
+    nb = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_markdown_cell("# Title\n\n## Data\n\nLoad it."),
+        nbformat.v4.new_code_cell("x = 1\n\n# a comment only\ny = 2  # counted"),
+        nbformat.v4.new_markdown_cell("## Model"),
+        nbformat.v4.new_code_cell("class M:\n    pass"),
+        nbformat.v4.new_markdown_cell("## Train"),
+        nbformat.v4.new_code_cell("fit()")])
+    nbformat.write(nb, tmp_path / "a.ipynb")
+    assert notebook_lines.code_lines(tmp_path / "a.ipynb") == {"model": 2, "other": 3, "words": 10}
+
+
+def github_anchor(heading: str) -> str:
+    """The id GitHub gives a markdown heading: lower case, punctuation dropped, spaces to hyphens."""
+    import re
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: f"{p.parent.name}/{p.stem}")
+def test_links_to_the_projects_notes_reach_their_headings(path):
+    """The notebooks keep one sentence and a link where a performance story moved to PERFORMANCE.md
+    (or a convention to LESSONS.md): every such link names a file and a heading that exist."""
+    import re
+
+    text = path.read_text()
+    for target, anchor in re.findall(r"\]\(((?:\.\./)+[\w./-]+\.md)(?:#([\w-]+))?\)", text):
+        document = (path.parent / target).resolve()
+        assert document.exists(), f"{path.name} links {target}, which does not exist"
+        if anchor:
+            headings = {github_anchor(line.lstrip("#")) for line in document.read_text().splitlines()
+                        if line.startswith("#")}
+            assert anchor in headings, f"{path.relative_to(suite.ROOT)} links {target}#{anchor}: no such heading"
