@@ -291,19 +291,16 @@ def relative_error(outputs, reference) -> float:
 def compare(task: str, outputs, weights: dict, x: np.ndarray) -> dict:
     """A notebook's parity verdict: its outputs against `reference()`, printed in one line, and the
     fields its record carries (`records.write(..., extra=compare(...))`)."""
-    error = relative_error(outputs, reference(task, weights, x))
-    scale = "features" if task == "resnet50_features" else "logits"
-    print(f"parity: largest deviation from the numpy reference {error:.1e} of the {scale}' scale "
-          f"({'within' if error < TOLERANCE else 'OUTSIDE'} the tolerance {TOLERANCE:g})")
-    return {"parity": {"max_rel_error": error, "outputs_shape": list(np.shape(outputs))}}
+    return agree("parity", outputs, reference(task, weights, x), against=" from the numpy reference",
+                 scale="features" if task == "resnet50_features" else "logits")
 
 
-def agree(check: str, outputs, expected) -> dict:
-    """One model's outputs against another's on the same batch, for the checks that need no numpy
-    reference: a model restored from its saved file (`check="save_load"`), or its exported graph
-    run in ONNX Runtime (`check="onnx"`). Prints the verdict in one line and returns the record's
-    field, `{check: {"max_rel_error": ...}}`; the tolerance is the parity one."""
+def agree(check: str, outputs, expected, *, against: str = "", scale: str = "outputs") -> dict:
+    """One model's outputs against another's on the same batch: a model restored from its saved file
+    (`check="save_load"`), its exported graph run in ONNX Runtime (`check="onnx"`), or the numpy
+    reference (`compare()`). Prints the verdict in one line and returns the record's field,
+    `{check: {"max_rel_error": ...}}`; the tolerance is the parity one."""
     error = relative_error(outputs, expected)
-    print(f"{check}: largest deviation {error:.1e} of the outputs' scale "
+    print(f"{check}: largest deviation{against} {error:.1e} of the {scale}' scale "
           f"({'within' if error < TOLERANCE else 'OUTSIDE'} the tolerance {TOLERANCE:g})")
     return {check: {"max_rel_error": error, "outputs_shape": list(np.shape(outputs))}}
