@@ -99,22 +99,36 @@ def cell_anchor(framework: str, cell_id: str) -> str:
     return f"cell-{framework}-{cell_id}"
 
 
+def concepts(path: Path, cell) -> list[str]:
+    """The concepts a cell is tagged with (`concept:<name>`); a tag outside CONCEPTS is a ValueError
+    naming the notebook and the cell."""
+    found = []
+    for tag in cell.metadata.get("tags", []):
+        if not tag.startswith(CONCEPT_TAG):
+            continue
+        if tag[len(CONCEPT_TAG):] not in CONCEPTS:
+            raise ValueError(f"{suite.shown(path)}: cell {cell.get('id')!r} has the tag {tag!r}, which is no concept; "
+                             f"the concepts are {', '.join(CONCEPT_TAG + c for c in CONCEPTS)}")
+        found.append(tag[len(CONCEPT_TAG):])
+    return found
+
+
 def sections(path: Path, render: Renderer) -> dict[str, list[dict]]:
     """A notebook's cells as HTML, grouped by the `## ` heading above them (the heading line itself
     goes to the row's title). Cells above the first heading form the INTRODUCTION row. Each cell
-    carries its anchor on the task page (a split markdown cell, on its first part)."""
+    carries its anchor on the task page and its concepts (a split markdown cell, on its first part)."""
     import nbformat
 
     nb = nbformat.read(path, as_version=4)
     found: dict[str, list[dict]] = {}
     current = INTRODUCTION
     for cell in nb.cells:
-        anchor = cell_anchor(path.stem, cell.get("id", ""))
+        anchor, tagged = cell_anchor(path.stem, cell.get("id", "")), concepts(path, cell)
         if cell.cell_type == "code":
             if cell.source.strip():
                 tag = "parameters" if "parameters" in cell.metadata.get("tags", []) else ""
                 found.setdefault(current, []).append({"kind": "code", "html": render.code(cell.source), "tag": tag,
-                                                      "anchor": anchor})
+                                                      "anchor": anchor, "concepts": tagged})
             continue
         if cell.cell_type != "markdown":
             continue
@@ -125,57 +139,36 @@ def sections(path: Path, render: Renderer) -> dict[str, list[dict]]:
                 continue
             if "\n".join(text).strip():
                 found.setdefault(current, []).append({"kind": "markdown", "html": render.markdown("\n".join(text)),
-                                                      "anchor": anchor})
-                anchor = ""
+                                                      "anchor": anchor, "concepts": tagged})
+                anchor, tagged = "", []
             text = []
             if line.strip() != "##":
                 current = line[3:].strip()
     return found
 
 
-def concept_cells(path: Path, render: Renderer) -> dict[str, list[dict]]:
-    """The cells of a notebook tagged `concept:<name>`, by concept: their HTML, their section and
-    their anchor on the task page. A tag outside CONCEPTS is a ValueError naming the notebook."""
-    import nbformat
-
-    nb = nbformat.read(path, as_version=4)
-    found: dict[str, list[dict]] = {}
-    section = INTRODUCTION
-    for cell in nb.cells:
-        if cell.cell_type == "markdown":
-            section = next((line[3:].strip() for line in cell.source.splitlines() if line.startswith("## ")), section)
-        for tag in cell.metadata.get("tags", []):
-            if not tag.startswith(CONCEPT_TAG):
-                continue
-            concept = tag[len(CONCEPT_TAG):]
-            if concept not in CONCEPTS:
-                raise ValueError(f"{suite.shown(path)}: cell {cell.get('id')!r} has the tag {tag!r}, which is no concept; "
-                                 f"the concepts are {', '.join(CONCEPT_TAG + c for c in CONCEPTS)}")
-            source = re.sub(r"^## .*\n?", "", cell.source, flags=re.M).strip() if cell.cell_type == "markdown" else cell.source
-            html = render.code(source) if cell.cell_type == "code" else render.markdown(source)
-            found.setdefault(concept, []).append({"kind": "code" if cell.cell_type == "code" else "markdown",
-                                                  "html": html, "section": section,
-                                                  "anchor": cell_anchor(path.stem, cell.get("id", ""))})
-    return found
-
-
-def concordance(task: str, notebooks: Path, render: Renderer) -> dict:
-    """One task's table: its concepts (every concept any of its notebooks tags, in CONCEPTS order) by
-    framework. A notebook without a cell for one of them is a ValueError that names it, the concept,
-    and the notebooks that have it."""
-    frameworks = [f for f in suite.FRAMEWORKS if (notebooks / task / f"{f}.ipynb").exists()]
-    cells = {f: concept_cells(notebooks / task / f"{f}.ipynb", render) for f in frameworks}
-    concepts = [c for c in CONCEPTS if any(c in cells[f] for f in frameworks)]
+def concordance(page: dict, notebooks: Path) -> dict:
+    """One task's table, from its page's cells: its concepts (every concept any of its notebooks tags,
+    in CONCEPTS order) by framework, each cell with its section. A notebook without a cell for one
+    of them is a ValueError that names it, the concept, and the notebooks that have it."""
+    task, frameworks = page["task"], [c["framework"] for c in page["columns"]]
+    cells: dict[str, dict[str, list[dict]]] = {f: {} for f in frameworks}
+    for row in page["rows"]:
+        for f in frameworks:
+            for cell in row["cells"][f]:
+                for concept in cell["concepts"]:
+                    cells[f].setdefault(concept, []).append({**cell, "section": row["title"]})
+    tagged = [c for c in CONCEPTS if any(c in cells[f] for f in frameworks)]
     for f in frameworks:
-        for concept in concepts:
+        for concept in tagged:
             if concept not in cells[f]:
                 others = ", ".join(f"{g}.ipynb" for g in frameworks if concept in cells[g])
                 raise ValueError(f"{suite.shown(notebooks / task / f'{f}.ipynb')} has no cell tagged "
                                  f"'{CONCEPT_TAG}{concept}' ({CONCEPTS[concept]}), which {others} tag; tag the cell "
                                  "that does it, or the markdown cell that says why this framework needs none")
-    return {"task": task, "title": report.TASK_TITLES.get(task, task), "id": f"t-{task}",
+    return {"task": task, "title": page["title"], "id": f"t-{task}",
             "rows": [{"concept": c, "title": CONCEPTS[c], "cells": {f: cells[f][c] for f in frameworks}}
-                     for c in concepts]}
+                     for c in tagged]}
 
 
 def latest_profile(rows: list[dict]) -> str | None:
@@ -248,7 +241,7 @@ def build(machine_dir: Path, out_dir: Path | None = None, profile: str | None = 
     render = Renderer()
     tasks = [t for t in suite.TASKS if any((notebooks / t).glob("*.ipynb"))]
     pages = {t: task_page(t, notebooks, rows, profile, machine_dir, out_dir, render) for t in tasks}
-    tables = [concordance(t, notebooks, render) for t in tasks]      # checked before anything is written
+    tables = [concordance(pages[t], notebooks) for t in tasks]      # checked before anything is written
     frameworks = [f for f in suite.FRAMEWORKS if any((notebooks / t / f"{f}.ipynb").exists() for t in tasks)]
     environment = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True,
                                      undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
