@@ -197,7 +197,7 @@ def task_page(task: str, notebooks: Path, rows: list[dict], profile: str | None,
     frameworks = [f for f in suite.FRAMEWORKS if (notebooks / task / f"{f}.ipynb").exists()]
     cells = {f: sections(notebooks / task / f"{f}.ipynb", render) for f in frameworks}
     titles = ([INTRODUCTION] if any(INTRODUCTION in c for c in cells.values()) else []) + headings
-    task_rows = [r for r in rows if r["task"] == task and r["profile"] == profile]
+    task_rows = report.baseline([r for r in rows if r["task"] == task and r["profile"] == profile])
     plot = machine_dir / "plots" / str(profile) / f"{task}.png"
     return {
         "task": task, "title": report.TASK_TITLES.get(task, task),

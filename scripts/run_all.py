@@ -43,8 +43,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from scripts import build_site, report, suite  # noqa: E402
-from support import env, tasks  # noqa: E402
+from support import env, precision, tasks  # noqa: E402
 from support.data import SOURCES as DATA_WORDS  # noqa: E402
+from support.timing import batch_sizes as timing_sizes  # noqa: E402
 from support.records import SCHEMA, RecordError, atomic_write_json, read  # noqa: E402
 
 DEFAULT_TIMEOUT = {"tiny": 600, "cpu": 1800, "full": 6 * 3600}
@@ -58,12 +59,13 @@ class Job:
     framework: str
     parameters: dict        # the variant's papermill parameters, e.g. {"backend": "jax"}
     notebook: Path
+    matrix: dict = field(default_factory=dict)   # the variant matrix's parameters, {} for the baseline
     profile: str = ""       # resolved for this notebook: see resolve_profiles()
     data: str | None = None  # what its `data` parameter gets, for tasks that have one
 
     @property
     def variant(self) -> str:
-        return suite.variant_label(self.parameters)
+        return "-".join(filter(None, (suite.variant_label(self.parameters), suite.matrix_label(self.matrix))))
 
     @property
     def key(self) -> str:
@@ -133,6 +135,17 @@ def parse_args(argv=None):
     p.add_argument("--parity", action="store_true",
                    help="also run the parity step of the notebooks that have one: shared weights, "
                         "outputs checked against the numpy reference (off by default: timed runs leave it off)")
+    p.add_argument("--precision", action="append",
+                   help=f"the variant matrix's precisions, comma-separated: {', '.join(precision.PRECISIONS)} "
+                        "(default fp32, the baseline); tf32 and fp16 need a GPU, and a combination a framework "
+                        "cannot run is recorded as unsupported with its reason")
+    p.add_argument("--compilation", action="append",
+                   help="the variant matrix's compilation settings, comma-separated: auto (default: each framework's "
+                        "own, the baseline), on, off; the one equal to a framework's default is its baseline run")
+    p.add_argument("--batch-size", dest="batch_sizes", default="",
+                   help="beside each run, a run of the notebook's batch-size sweep, e.g. 1,64,max (max: doubling until "
+                        "memory or the profile's sweep_budget_s runs out); its rows are the variant 'sweep' "
+                        "(with --resume, the runs already recorded are not repeated)")
     p.add_argument("--resume", action="store_true",
                    help="skip notebooks whose ok record was made from the same inputs (notebook, support/, pins, "
                         "parameters, hardware); rerun the others, saying why")
@@ -159,6 +172,14 @@ def parse_args(argv=None):
     if args.jobs < 1:
         p.exit(2, f"run_all.py: --jobs {args.jobs}: give 1 or more notebooks at a time\n")
     args.data = parse_data(args.data, p)
+    args.precisions = split_names(args.precision, list(precision.PRECISIONS), "precision", p)
+    args.precisions = args.precisions if args.precision else ["fp32"]
+    args.compilations = split_names(args.compilation, precision.COMPILATIONS, "compilation", p)
+    args.compilations = args.compilations if args.compilation else ["auto"]
+    try:
+        timing_sizes(args.batch_sizes)
+    except ValueError as err:
+        p.exit(2, f"run_all.py: --batch-size: {err}\n")
     args.timed = args.jobs == 1      # notebooks side by side share the machine: their times measure nothing
     # What every record of this run is made from besides its notebook and pins (see inputs()), found once.
     args.hardware = env.machine_name()
@@ -168,15 +189,34 @@ def parse_args(argv=None):
     return args
 
 
+def matrices(args, task: str, framework: str, run: dict) -> list[dict]:
+    """The variant matrix for one notebook variant: every precision x compilation asked for, and beside each,
+    with --batch-size, a run of the sweep (its own run, so that no sweep's large batches reach the memory
+    or the times of another row). A compilation equal to the framework's default is dropped (that run is the
+    baseline), so no run repeats another under a second name."""
+    default = precision.default(suite.compilation_key(framework, run), task)
+    out = []
+    for chosen in args.precisions:
+        for compilation in args.compilations:
+            matrix = {"precision": chosen, "compilation": compilation}
+            matrix = {k: v for k, v in matrix.items() if v != tasks.VARIANT_PARAMETERS[k] and
+                      not (k == "compilation" and v == default)}
+            for entry in (matrix, {**matrix, "batch_sizes": args.batch_sizes}) if args.batch_sizes else (matrix,):
+                if entry not in out:
+                    out.append(entry)
+    return out
+
+
 def plan(args) -> list[Job]:
-    """Every (task, framework, variant) asked for whose notebook exists, in table order."""
+    """Every (task, framework, variant) asked for whose notebook exists, in table order; each notebook
+    variant once per entry of the variant matrix (only the baseline when none is asked for)."""
     jobs = []
     for task in args.tasks:
         for framework in args.frameworks:
             notebook = args.notebooks / task / f"{framework}.ipynb"
             if notebook.exists():
-                jobs += [Job(task, framework, run, notebook, data=args.data.get(task))
-                         for run in suite.variants(task, framework)]
+                jobs += [Job(task, framework, run, notebook, matrix=matrix, data=args.data.get(task))
+                         for run in suite.variants(task, framework) for matrix in matrices(args, task, framework, run)]
     return jobs
 
 
@@ -243,7 +283,7 @@ def declared_parameters(notebook: Path) -> set[str]:
 def notebook_parameters(job: Job, args, record_path: Path) -> dict:
     """What papermill passes to the notebook: of the runner's parameters, those it declares."""
     offered = {"profile": job.profile, "record_path": str(Path(record_path).resolve()), "data": job.data,
-               **({"parity": True} if args.parity else {}), **job.parameters}
+               **({"parity": True} if args.parity else {}), **job.parameters, **job.matrix}
     declared = declared_parameters(job.notebook)
     return {name: value for name, value in offered.items() if name in declared and value is not None}
 
@@ -259,6 +299,7 @@ def inputs(job: Job, parameters: dict, args) -> dict:
             "timed": args.timed}
 
 
+FINAL = ("ok",) + precision.STATUSES     # what --resume keeps: a result, or a combination that cannot run
 INPUT_CHANGES = {"notebook": "the notebook changed", "support": "support/ changed",
                  "pins": "its environment's pins changed", "hardware": "it ran on other hardware",
                  "timed": "it ran untimed (--jobs above 1)"}
@@ -268,7 +309,7 @@ def why_rerun(previous: dict | None, now: dict) -> str | None:
     """None where `previous` is an ok record made from the inputs `now`; else why it must run again."""
     if previous is None:
         return "no record yet"
-    if previous["status"] != "ok":
+    if previous["status"] not in FINAL:
         return f"its last run ended {previous['status']}"
     before = previous.get("inputs")
     if not isinstance(before, dict):
@@ -348,7 +389,7 @@ def failed_record(job: Job, args, status: str, error: str) -> dict:
             "status": status, "profile": job.profile, "data": None, "params": {}, "timing": {},
             "metrics": {}, "n_parameters": None,
             "environment": {"machine": args.machine, "date": time.strftime("%Y-%m-%dT%H:%M:%S%z")},
-            "error": error}
+            "matrix": job.matrix, "error": error}
 
 
 def run_job(job: Job, args, out: Path, active: Active) -> dict | None:
@@ -375,9 +416,16 @@ def run_job(job: Job, args, out: Path, active: Active) -> dict | None:
             record = read(staged["record"])
         except (OSError, RecordError) as err:
             status, error = "failed", f"the notebook finished but left no valid record: {err}"
-    if status != "ok":
+    elif status == "failed" and staged["record"].exists():
+        try:        # a precision or compilation the framework cannot run: the notebook wrote why, then stopped
+            record = read(staged["record"])
+            status = record["status"] if record["status"] in precision.STATUSES else status
+        except (OSError, RecordError):
+            pass
+    if status not in FINAL:
         record = failed_record(job, args, status, error)
-    record.update(wall_s=round(time.time() - start, 1), timed=args.timed, inputs=inputs(job, parameters, args),
+    # The notebook names its own variant (a backend, a mode); the runner alone knows the matrix's part of it.
+    record.update(variant=job.variant, matrix=job.matrix, wall_s=round(time.time() - start, 1), timed=args.timed, inputs=inputs(job, parameters, args),
                   run=args.run_id, executed_notebook=str(paths["executed"].relative_to(out)),
                   log=str(paths["log"].relative_to(out)))
     commit(record, paths, staged, out)
@@ -418,7 +466,7 @@ def commit(record: dict, paths: dict, staged: dict, out: Path) -> None:
     previous = paths["record"]
     if record["status"] != "ok" and previous.exists():
         try:
-            if read(previous)["status"] == "ok":
+            if read(previous)["status"] == "ok":     # e.g. a precision that ran before and no longer does
                 kept = previous.parent / "superseded" / previous.name
                 kept.parent.mkdir(exist_ok=True)
                 previous.replace(kept)
@@ -444,7 +492,8 @@ def summary_line(record: dict) -> str:
 
 
 def run_suite(jobs: list[Job], args, out: Path) -> int:
-    """Run the jobs (args.jobs at a time) under a progress bar; return how many did not end ok.
+    """Run the jobs (args.jobs at a time) under a progress bar; return how many failed or timed out
+    (an unsupported or not applicable combination, recorded with its reason, is not a failure).
     Ctrl-C (or SIGTERM) stops every running kernel, keeps every record and raises KeyboardInterrupt."""
     from tqdm import tqdm
 
@@ -467,7 +516,7 @@ def run_suite(jobs: list[Job], args, out: Path) -> int:
             record = future.result()
             if record is None:
                 continue
-            failures += record["status"] != "ok"
+            failures += record["status"] not in FINAL
             bar.update()
             bar.write(f"{futures[future].title}: {summary_line(record)} [{record['wall_s']:.0f} s]")
     except BaseException:

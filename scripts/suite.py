@@ -105,6 +105,24 @@ def variant_label(run: dict) -> str:
     return "-".join(str(v) for v in run.values())
 
 
+# The variant matrix (run_all.py --precision, --compilation, --batch-size): papermill parameters every
+# notebook declares (support.tasks.VARIANT_PARAMETERS). A run that leaves them at their defaults is the
+# baseline; the others are labelled after the notebook's own variant, e.g. 'jax-ram-bf16-compiled'.
+COMPILATION_LABELS = {"on": "compiled", "off": "eager"}
+
+
+def matrix_label(matrix: dict) -> str:
+    """'' for the baseline, else e.g. 'bf16', 'compiled', 'bf16-eager', 'sweep'."""
+    parts = [matrix["precision"]] if matrix.get("precision", "fp32") != "fp32" else []
+    parts += [COMPILATION_LABELS[matrix["compilation"]]] if matrix.get("compilation", "auto") != "auto" else []
+    return "-".join(parts + (["sweep"] if matrix.get("batch_sizes") else []))
+
+
+def compilation_key(framework: str, parameters: dict) -> str:
+    """The support.precision.DEFAULT_COMPILATION entry of one run: Keras's default is its backend's."""
+    return f"keras-{parameters['backend']}" if framework == "keras" else framework
+
+
 def section_headings(path: Path) -> list[str]:
     """The notebook's `## ` heading lines (its sections), in order, read with the standard library."""
     cells = json.loads(Path(path).read_text())["cells"]

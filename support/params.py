@@ -9,6 +9,8 @@ Training tasks take two measurements (support.timing): the epochs end to end (`e
 `step_repeats` repeats of `steps_per_repeat` steps).
 - `tiny`: seconds per notebook, for CI smoke tests.
 
+A batch-size sweep (the `batch_sizes` parameter) runs within `sweep_budget_s` seconds per notebook.
+
 `load(task, profile)` resolves "auto" to `full` where a GPU is seen and `cpu` otherwise, and
 prints the choice. Sizes of None mean "the whole dataset".
 """
@@ -35,6 +37,7 @@ class CNNParams:
     warmup_steps: int = 20        # steady-state steps: untimed first (DLPerf skips 20) ...
     step_repeats: int = 7         # ... then this many repeats ...
     steps_per_repeat: int = 20    # ... of this many steps
+    sweep_budget_s: float = 600  # a batch-size sweep's time (support.timing.sweep; only when one is asked for)
     seed: int = 42
 
 
@@ -56,6 +59,7 @@ class GRUParams:
     warmup_steps: int = 20
     step_repeats: int = 7
     steps_per_repeat: int = 20
+    sweep_budget_s: float = 600  # a batch-size sweep's time (support.timing.sweep; only when one is asked for)
     seed: int = 42
 
 
@@ -79,6 +83,7 @@ class DenseNetParams:
     warmup_steps: int = 10
     step_repeats: int = 7
     steps_per_repeat: int = 10
+    sweep_budget_s: float = 600  # a batch-size sweep's time (support.timing.sweep; only when one is asked for)
     seed: int = 42
 
 
@@ -91,34 +96,35 @@ class ResNetParams:
     warmup_batches: int = 3       # untimed batches first (the first is the first step)
     image_size: int = 224
     n_features: int = 2048
+    sweep_budget_s: float = 600  # a batch-size sweep's time (support.timing.sweep; only when one is asked for)
     seed: int = 42
 
 
 _PROFILES = {
     "cnn_cifar10": {
         "full": CNNParams("full"),
-        "cpu": CNNParams("cpu", epochs=4, n_train=2048, n_test=1000, warmup_steps=3, steps_per_repeat=4),
-        "tiny": CNNParams("tiny", epochs=12, batch_size=32, n_train=512, n_test=256, warmup_steps=1,
+        "cpu": CNNParams("cpu", sweep_budget_s=60, epochs=4, n_train=2048, n_test=1000, warmup_steps=3, steps_per_repeat=4),
+        "tiny": CNNParams("tiny", sweep_budget_s=10, epochs=12, batch_size=32, n_train=512, n_test=256, warmup_steps=1,
                           steps_per_repeat=1),
     },
     "gru_imdb": {
         "full": GRUParams("full"),
-        "cpu": GRUParams("cpu", epochs=4, n_train=2560, n_test=2000, warmup_steps=3, steps_per_repeat=5),
-        "tiny": GRUParams("tiny", epochs=5, batch_size=32, n_train=2048, n_test=256, warmup_steps=1,
+        "cpu": GRUParams("cpu", sweep_budget_s=60, epochs=4, n_train=2560, n_test=2000, warmup_steps=3, steps_per_repeat=5),
+        "tiny": GRUParams("tiny", sweep_budget_s=10, epochs=5, batch_size=32, n_train=2048, n_test=256, warmup_steps=1,
                           steps_per_repeat=1),   # fewer steps stay near chance for some seeds
     },
     "densenet_chestxray": {
         "full": DenseNetParams("full"),
-        "cpu": DenseNetParams("cpu", epochs=3, batch_size=8, n_train=32, n_test=32,
+        "cpu": DenseNetParams("cpu", sweep_budget_s=60, epochs=3, batch_size=8, n_train=32, n_test=32,
                               ram_n_train=32, ram_n_test=32, warmup_steps=2, steps_per_repeat=1),
-        "tiny": DenseNetParams("tiny", epochs=2, batch_size=4, image_size=64, resize=72,
+        "tiny": DenseNetParams("tiny", sweep_budget_s=10, epochs=2, batch_size=4, image_size=64, resize=72,
                                n_train=16, n_test=16, synthetic_px=128, ram_n_train=16, ram_n_test=16,
                                warmup_steps=1, steps_per_repeat=1),
     },
     "resnet50_features": {
         "full": ResNetParams("full"),
-        "cpu": ResNetParams("cpu", batch_size=16, n_batches=7, warmup_batches=2),
-        "tiny": ResNetParams("tiny", batch_size=4, n_batches=7, warmup_batches=1, image_size=64),
+        "cpu": ResNetParams("cpu", sweep_budget_s=60, batch_size=16, n_batches=7, warmup_batches=2),
+        "tiny": ResNetParams("tiny", sweep_budget_s=10, batch_size=4, n_batches=7, warmup_batches=1, image_size=64),
     },
 }
 

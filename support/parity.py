@@ -79,10 +79,11 @@ from support import tasks
 from support.data import _write_once
 from support.env import cache_dir
 from support.params import CNNParams, GRUParams
+from support.precision import tolerance as precision_tolerance
 
 VERSION = 1            # bump when the weights or inputs change, so cached files are rewritten
 TASKS = tuple(name for name, task in tasks.TASKS.items() if task.parity)
-TOLERANCE = 1e-4       # the relative error every framework should reach in float32
+TOLERANCE = precision_tolerance("fp32")   # the relative error every framework should reach in float32
 BN_EPS = 1e-5          # PyTorch's batch norm epsilon (Keras's ResNet50 uses 1.001e-5)
 SEED = 20240601
 SEED_OFFSET = {"cnn_cifar10": 0, "gru_imdb": 1, "resnet50_features": 2}   # fixed: the files never change
@@ -288,19 +289,20 @@ def relative_error(outputs, reference) -> float:
     return float(np.abs(outputs - reference).max() / (np.abs(reference).max() + np.finfo(np.float64).tiny))
 
 
-def compare(task: str, outputs, weights: dict, x: np.ndarray) -> dict:
+def compare(task: str, outputs, weights: dict, x: np.ndarray, precision: str = "fp32") -> dict:
     """A notebook's parity verdict: its outputs against `reference()`, printed in one line, and the
     fields its record carries (`records.write(..., extra=compare(...))`)."""
     return agree("parity", outputs, reference(task, weights, x), against=" from the numpy reference",
-                 scale="features" if task == "resnet50_features" else "logits")
+                 scale="features" if task == "resnet50_features" else "logits", precision=precision)
 
 
-def agree(check: str, outputs, expected, *, against: str = "", scale: str = "outputs") -> dict:
+def agree(check: str, outputs, expected, *, against: str = "", scale: str = "outputs", precision: str = "fp32") -> dict:
     """One model's outputs against another's on the same batch: a model restored from its saved file
     (`check="save_load"`), its exported graph run in ONNX Runtime (`check="onnx"`), or the numpy
     reference (`compare()`). Prints the verdict in one line and returns the record's field,
-    `{check: {"max_rel_error": ...}}`; the tolerance is the parity one."""
-    error = relative_error(outputs, expected)
+    `{check: {"max_rel_error": ..., "tolerance": ...}}`; the tolerance is the one of the precision the
+    outputs were computed in (support.precision.TOLERANCE; `TOLERANCE` for float32)."""
+    error, tolerance = relative_error(outputs, expected), precision_tolerance(precision)
     print(f"{check}: largest deviation{against} {error:.1e} of the {scale}' scale "
-          f"({'within' if error < TOLERANCE else 'OUTSIDE'} the tolerance {TOLERANCE:g})")
-    return {check: {"max_rel_error": error, "outputs_shape": list(np.shape(outputs))}}
+          f"({'within' if error < tolerance else 'OUTSIDE'} the {precision} tolerance {tolerance:g})")
+    return {check: {"max_rel_error": error, "tolerance": tolerance, "outputs_shape": list(np.shape(outputs))}}

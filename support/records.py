@@ -13,6 +13,7 @@ import math
 from pathlib import Path
 
 from support import env, flops, tasks
+from support.precision import PRECISIONS
 from support.files import atomic_write
 from support.params import as_dict
 from support.timing import describe
@@ -22,7 +23,7 @@ from support.timing import describe
 # Schema 1 records (written before) are still read; their rows show those columns empty.
 SCHEMA = 2
 SCHEMAS = (1, 2)
-STATUSES = ("ok", "failed", "timeout")
+STATUSES = ("ok", "failed", "timeout", "unsupported", "not_applicable")   # the last two: support.precision
 DATA_KINDS = ("real", "synthetic")
 # The metric each task's table shows beside the time (None: the task measures speed only).
 METRICS = {name: task.metric for name, task in tasks.TASKS.items()}
@@ -82,6 +83,14 @@ _FIELDS = {
     "curve": (lambda v: isinstance(v, list) and len(v) > 0 and all(_number(x) for x in v), "a list of numbers"),
     "parity": (lambda v: isinstance(v, dict) and _number(v.get("max_rel_error")) and v["max_rel_error"] >= 0,
                "an object with max_rel_error a finite number >= 0"),
+    "precision": (lambda v: v in PRECISIONS, f"one of {', '.join(PRECISIONS)}"),
+    "compilation": (lambda v: v in ("on", "off"), "on or off"),
+    "matrix": (lambda v: isinstance(v, dict), "an object"),
+    "sweep": (lambda v: isinstance(v, dict) and isinstance(v.get("sizes"), list) and isinstance(v.get("stopped"), str)
+              and all(isinstance(row, dict) and isinstance(row.get("batch_size"), int) and row["batch_size"] > 0
+                      and _number(row.get("samples_per_s")) and _number(row.get("median_s"))
+                      and _number(row.get("p95_s")) for row in v["sizes"]),
+              "an object with sizes (rows of batch_size, samples_per_s, median_s, p95_s) and stopped (why it ended)"),
     **{k: (lambda v: isinstance(v, str), "a string") for k in ("executed_notebook", "log", "superseded", "run")},
 }
 _ENVIRONMENT_STRINGS = ("machine", "date", "git_commit", "framework_version", "python", "numpy", "device", "cpu")
@@ -106,7 +115,8 @@ def validate(record) -> dict:
         _expect(f"environment.{key}", value, value is None or isinstance(value, str), "a string")
     if record["status"] != "ok":
         if not record.get("error"):
-            raise RecordError(f"a {record['status']} record must say its error")
+            raise RecordError(f"a {record['status'].replace('_', ' ')} record must say its "
+                          f"{'error' if record['status'] in ('failed', 'timeout') else 'reason (error)'}")
         return record
     if record["data"] is None:
         raise RecordError(f"data None is not one of {DATA_KINDS}")
@@ -165,7 +175,8 @@ def _validate_timing(timing: dict, name: str = "timing") -> None:
 def write(path, *, task: str, framework: str, params, data: str, timing: dict, metrics: dict,
           n_parameters: int, environment: dict, first_step_s: float, compile_s: float | None = None,
           steps: dict | None = None, curve: list | None = None, device_peak_bytes: int | None = None,
-          variant: str = "", extra: dict | None = None) -> dict:
+          precision: str = "fp32", compilation: str = "off", sweep: dict | None = None, variant: str = "",
+          extra: dict | None = None) -> dict:
     """Validate and write the record of a successful run; with path None, only print it.
 
     timing: the end-to-end laps (`Stopwatch.summary()`: epochs, or batches for inference);
@@ -173,7 +184,9 @@ def write(path, *, task: str, framework: str, params, data: str, timing: dict, m
     first_step_s: the first step's total time, any compilation in it included;
     compile_s: the compilation alone where the framework compiles (None: it runs eagerly);
     curve: the metric after every epoch (its last value is `metrics`' own);
-    device_peak_bytes: the accelerator allocator's peak (None on the CPU).
+    device_peak_bytes: the accelerator allocator's peak (None on the CPU);
+    precision: what the run computed in (support.precision); compilation: 'on' where it ran compiled;
+    sweep: the batch-size sweep (`timing.sweep`), where one was asked for.
     The host's peak resident memory and the model's FLOPs per sample are added here.
     """
     if task not in tasks.TASKS:
@@ -181,18 +194,38 @@ def write(path, *, task: str, framework: str, params, data: str, timing: dict, m
     record = {"schema": SCHEMA, "task": task, "framework": framework, "variant": variant, "status": "ok",
               "profile": params.profile, "data": data, "params": as_dict(params), "timing": timing,
               "metrics": metrics, "n_parameters": int(n_parameters), "environment": environment,
+              "precision": precision, "compilation": compilation,
               "first_step_s": float(first_step_s), "compile_s": None if compile_s is None else float(compile_s),
               "memory": {"host_peak_bytes": env.peak_host_memory(),
                          "device_peak_bytes": None if device_peak_bytes is None else int(device_peak_bytes)},
               "flops": flops.per_sample(task, params),
               **({"steps": steps} if steps is not None else {}),
               **({"curve": [float(v) for v in curve]} if curve is not None else {}),
+              **({"sweep": sweep} if sweep else {}),
               **(extra or {})}
     validate(record)
     shown = ", ".join(f"{k} {v:.4f}" for k, v in metrics.items() if isinstance(v, float))
-    print(f"{task} / {framework}{' / ' + variant if variant else ''}: {describe(timing)}; {shown}")
+    how = f" [{precision}, compilation {compilation}]"
+    print(f"{task} / {framework}{' / ' + variant if variant else ''}{how}: {describe(timing)}; {shown}")
     if steps is not None:
         print(f"steady state: {describe(steps)}")
+    if path:
+        atomic_write_json(path, record)
+        print(f"record written to {path}")
+    return record
+
+
+def write_stopped(path, *, task: str, framework: str, params, environment: dict, precision: str, compilation: str,
+                  status: str, reason: str, variant: str = "") -> dict:
+    """The record of a run that a precision or compilation it cannot run stopped (support.precision.stop):
+    its status ('unsupported' or 'not_applicable') and the reason in `error`. With path None, only printed."""
+    record = {"schema": SCHEMA, "task": task, "framework": framework, "variant": variant, "status": status,
+              "profile": params.profile, "data": None, "params": as_dict(params), "timing": {}, "metrics": {},
+              "n_parameters": None, "environment": environment, "precision": precision,
+              "compilation": compilation, "error": reason}
+    validate(record)
+    print(f"{task} / {framework}{' / ' + variant if variant else ''}: {status.replace('_', ' ')} "
+          f"({precision}, compilation {compilation}): {reason}")
     if path:
         atomic_write_json(path, record)
         print(f"record written to {path}")

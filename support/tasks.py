@@ -15,6 +15,9 @@ PROFILES = ("full", "cpu", "tiny")
 
 # Every notebook declares these in its cell tagged `parameters`; a task adds its own (Task.parameters).
 COMMON_PARAMETERS = ("profile", "record_path")
+# ... and these, the variants the runner's matrix sets (--precision, --compilation, --batch-size; support.precision,
+# support.timing.sweep); a run that leaves them at their defaults is the baseline.
+VARIANT_PARAMETERS = {"precision": "fp32", "compilation": "auto", "batch_sizes": ""}
 
 
 @dataclass(frozen=True)
@@ -39,7 +42,7 @@ class Task:
     @property
     def declared(self) -> tuple:
         """Every parameter each of its notebooks declares (a framework's variant parameter aside)."""
-        return COMMON_PARAMETERS + self.parameters
+        return COMMON_PARAMETERS + self.parameters + tuple(VARIANT_PARAMETERS)
 
     def columns(self) -> list[tuple[str, str]]:
         """(mode, README column head) per column this task takes in the README table."""

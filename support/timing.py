@@ -1,10 +1,11 @@
 """Benchmark timing: warm-up, repeats, synchronisation, robust statistics.
 
-Three measurements, as DLPerf and NVIDIA's reference scripts take them:
+Four measurements, as DLPerf, the CAICT report and NVIDIA's reference scripts take them:
 - `Stopwatch`: the end-to-end time of repeated blocks (epochs with their input pipeline, batches);
 - `steady_state`: the compute throughput, steps on data already in memory, after warm-up steps, in
   at least 7 repeats of a fixed number of steps, synchronised only at each repeat's two ends;
-- `timed`: one call's time (a compilation, the first step).
+- `timed`: one call's time (a compilation, the first step);
+- `sweep`: the steady state at several batch sizes, up to the largest that fits in memory and time.
 
 A `Stopwatch` times repeated blocks (epochs, batches). The first `warmup` laps are recorded
 separately (they hold compilation, autotuning, caches filling) and the rest give the median,
@@ -166,3 +167,116 @@ def describe(summary: dict) -> str:
     if summary.get("samples_per_s"):
         line += f", {summary['samples_per_s']:.1f} samples/s"
     return line
+
+
+# --- batch-size sweeps ---------------------------------------------------------------------------
+
+SWEEP_CAP = 65536       # the largest batch a sweep tries, whatever the budget
+
+
+def batch_sizes(spec) -> tuple[list[int], bool]:
+    """A sweep's sizes from the `batch_sizes` parameter, "1,64,max" or [1, 64, "max"]: the explicit sizes,
+    and whether to go on doubling the last one ("max") until memory or the time budget stops it."""
+    items = [str(v).strip() for v in (spec.split(",") if isinstance(spec, str) else spec or ())]
+    items = [v for v in items if v]
+    sizes, largest = [], False
+    for item in items:
+        if item == "max":
+            largest = True
+        elif item.isdigit() and int(item) > 0:
+            sizes.append(int(item))
+        else:
+            raise ValueError(f"batch_sizes {spec!r}: {item!r} is not a positive integer or 'max'")
+    if largest and not sizes:
+        sizes = [1]
+    return sorted(set(sizes)), largest
+
+
+def _available_memory() -> int | None:
+    """MemAvailable of /proc/meminfo in bytes (Linux); None elsewhere."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+def out_of_memory(err: BaseException) -> bool:
+    """Whether a framework's exception says it ran out of memory: MemoryError, torch.OutOfMemoryError,
+    TensorFlow's ResourceExhaustedError, XLA's RESOURCE_EXHAUSTED, MXNet's and CuPy's 'out of memory'."""
+    if isinstance(err, MemoryError):
+        return True
+    text = f"{type(err).__name__} {err}".lower()
+    return any(word in text for word in ("out of memory", "outofmemory", "resource_exhausted",
+                                          "resourceexhausted", "failed to allocate"))
+
+
+def sweep(make_step: Callable[[int], Callable[[], object]], spec, *, budget_s: float, repeats: int = MIN_REPEATS,
+          warmup: int = 2, sync: Callable[[], object] | None = None,
+          clock: Callable[[], float] = time.perf_counter, available: Callable[[], int | None] = _available_memory,
+          peak: Callable[[], int | None] | None = None) -> dict | None:
+    """The steady state at each batch size of `spec` (see `batch_sizes`); None where `spec` is empty.
+
+    `make_step(b)` puts a batch of `b` examples on the device and returns one step on it (a training step,
+    or a forward pass); an out-of-memory error from it or from the step ends the sweep there. Each size gets
+    `warmup` untimed steps (the first, which may trace or compile for the new shape, is timed apart), then
+    `repeats` single timed steps: their median and 95th percentile are the latency per batch. Before each
+    size after the first, the time it would take must fit in what is left of `budget_s`: the last size's
+    first step again (a compiling framework traces and compiles each new shape, whatever its size) plus its
+    timed steps scaled by the batch. On the host its memory (the last size's growth of the peak, scaled)
+    must fit in what is free. Returns {"sizes": [one row per size], "stopped": why the sweep ended, ...}.
+    """
+    sizes, largest = batch_sizes(spec)
+    if not sizes:
+        print("no batch-size sweep: batch_sizes is empty (the runner's --batch-size sets it)")
+        return None
+    if peak is None:
+        from support.env import peak_host_memory as peak
+    rows, stopped, started = [], "", clock()
+    last = None     # the last size: (batch, its first step's seconds, its other steps' seconds, memory it added)
+    queue = list(sizes)
+    while queue:
+        b = queue.pop(0)
+        if last is not None:
+            scale = b / last[0]
+            needed, left = last[1] + last[2] * scale, budget_s - (clock() - started)
+            if needed > left:
+                stopped = (f"time budget: batch {b} would take about {needed:.0f} s, more than the "
+                           f"{max(left, 0):.0f} s left of {budget_s:g} s")
+                break
+            free = available()
+            if free is not None and last[3] * scale > 0.8 * free:
+                stopped = (f"memory: batch {b} would need about {last[3] * scale / 2**30:.1f} GiB, more than "
+                           f"80% of the {free / 2**30:.1f} GiB free")
+                break
+        before = peak() or 0
+        try:
+            step = make_step(b)
+            _, first_s = timed(step, sync=sync, clock=clock)
+            start = clock()
+            steady = steady_state(step, steps=1, repeats=repeats, warmup=max(warmup - 1, 0), samples=b, sync=sync,
+                                  clock=clock)
+        except Exception as err:      # noqa: BLE001 (only out-of-memory errors are caught; others go on up)
+            if not out_of_memory(err):
+                raise
+            stopped = f"out of memory at batch {b}: {str(err).strip().splitlines()[0][:200] if str(err).strip() else type(err).__name__}"
+            break
+        finally:
+            step = None               # frees the batch before the next, larger one
+        rows.append({"batch_size": b, "samples_per_s": steady["samples_per_s"], "median_s": steady["median_s"],
+                     "p95_s": steady["p95_s"], "cv": steady["cv"], "n": steady["n"], "first_s": first_s})
+        print(f"batch {b:>5}: {steady['samples_per_s']:10.1f} samples/s, median {1e3 * steady['median_s']:.4g} ms, "
+              f"p95 {1e3 * steady['p95_s']:.4g} ms per batch (first step {first_s:.3g} s)")
+        last = (b, first_s, clock() - start, max((peak() or 0) - before, 0))
+        if not queue and largest:
+            if 2 * b > SWEEP_CAP:
+                stopped = f"reached {SWEEP_CAP}, the sweep's largest batch"
+            else:
+                queue.append(2 * b)
+    stopped = stopped or "every size asked for ran"
+    print(f"sweep stopped: {stopped}")
+    return {"sizes": rows, "stopped": stopped, "asked": ",".join(map(str, sizes)) + (",max" if largest else ""),
+            "budget_s": budget_s}

@@ -150,19 +150,20 @@ def test_compare_prints_the_verdict_and_returns_the_records_fields(shared, capsy
     task, weights, x, expected = shared
     near = expected.astype(np.float32)
     fields = parity.compare(task, near, weights, x)
-    assert fields == {"parity": {"max_rel_error": parity.relative_error(near, expected), "outputs_shape": list(near.shape)}}
+    assert fields == {"parity": {"max_rel_error": parity.relative_error(near, expected), "tolerance": 1e-4,
+                                 "outputs_shape": list(near.shape)}}
     scale = "features" if task == "resnet50_features" else "logits"
-    assert f"of the {scale}' scale (within the tolerance 0.0001)" in capsys.readouterr().out
+    assert f"of the {scale}' scale (within the fp32 tolerance 0.0001)" in capsys.readouterr().out
     assert parity.compare(task, expected + np.abs(expected).max() * 1e-3, weights, x)["parity"]["max_rel_error"] > 1e-4
-    assert "(OUTSIDE the tolerance 0.0001)" in capsys.readouterr().out
+    assert "(OUTSIDE the fp32 tolerance 0.0001)" in capsys.readouterr().out
 
 
 def test_agree_compares_two_models_outputs_at_the_parity_tolerance(capsys):
     a = np.array([[1.0, -2.0], [0.5, 4.0]], dtype=np.float32)
-    assert parity.agree("onnx", a, a) == {"onnx": {"max_rel_error": 0.0, "outputs_shape": [2, 2]}}
+    assert parity.agree("onnx", a, a) == {"onnx": {"max_rel_error": 0.0, "tolerance": 1e-4, "outputs_shape": [2, 2]}}
     assert "onnx: largest deviation 0.0e+00" in capsys.readouterr().out
     field = parity.agree("save_load", a + np.float32(0.01), a)["save_load"]
     assert field["max_rel_error"] == pytest.approx(0.01 / 4, rel=1e-4)
-    assert "OUTSIDE the tolerance" in capsys.readouterr().out
+    assert "OUTSIDE the fp32 tolerance" in capsys.readouterr().out
     with pytest.raises(ValueError, match="differ in shape"):
         parity.agree("onnx", a[:1], a)

@@ -146,7 +146,7 @@ def test_a_dead_kernel_is_recorded_for_every_variant(suite_run):
 def test_tables_plots_and_readme_hold_every_row(suite_run):
     tmp, out, _ = suite_run
     lines = (out / "results.csv").read_text().splitlines()
-    assert lines[0].startswith("task,framework,variant,status") and len(lines) == 1 + 6
+    assert lines[0].startswith("task,framework,variant,line,matrix,precision,compilation,status") and len(lines) == 1 + 6
     assert sum(",ok," in line for line in lines) == 2
     md = (out / "results.md").read_text()
     assert "**failed**: ValueError: boom" in md and "**timeout**" in md
@@ -230,7 +230,7 @@ def test_an_interrupted_run_keeps_its_records_and_stops_the_kernel(tmp_path):
     stdout, _ = proc.communicate(timeout=60)
     assert proc.returncode == 130 and "interrupted" in stdout
     assert json.loads((out / "records" / "tiny" / "cnn_cifar10__pytorch.json").read_text())["status"] == "ok"
-    assert "cnn_cifar10,pytorch,,ok" in (out / "results.csv").read_text()
+    assert "cnn_cifar10,pytorch,,,,fp32,off,ok" in (out / "results.csv").read_text()
     gone, alive = psutil.wait_procs(children, timeout=10)
     assert not alive, f"left running: {[p.cmdline() for p in alive]}"
     (run,) = (out / "runs").glob("*.json")            # measured before the suite (a real calibration) ...
