@@ -186,7 +186,7 @@ def test_a_misaligned_heading_stops_the_build_with_its_name(tmp_path, capsys):
     nbformat.write(nb, path)
     assert build_site.main(["--results", str(MACHINE.parent), "--machine", MACHINE.name, "--out",
                             str(tmp_path / "site"), "--notebooks", str(tmp_path / "notebooks")]) == 1
-    assert capsys.readouterr().err == (f"build_site.py: {path}: heading '## The model' (position 4) where "
+    assert capsys.readouterr().err == (f"build_site.py: {path}: heading '## The model' (position 5) where "
                                        f"{path.with_name('pytorch.ipynb')} has '## Model'; every notebook of a task "
                                        "needs pytorch's headings in pytorch's order\n")
 
@@ -202,9 +202,9 @@ def test_a_task_without_results_still_shows_its_notebooks(tmp_path):
 # The concordance's rows: every concept a task's notebooks must tag (mixed precision comes with the
 # precision variants). ResNet-50 extracts features: nothing is trained, saved or restored.
 TRAINING_CONCEPTS = ["model", "device", "loss", "gradient", "optimizer-step", "train-mode", "eval-mode", "no-grad",
-                     "compile", "save", "load", "export"]
+                     "mixed-precision", "compile", "save", "load", "export"]
 CONCEPTS = {"cnn_cifar10": TRAINING_CONCEPTS, "gru_imdb": TRAINING_CONCEPTS, "densenet_chestxray": TRAINING_CONCEPTS,
-            "resnet50_features": ["model", "device", "eval-mode", "no-grad", "compile", "export"]}
+            "resnet50_features": ["model", "device", "eval-mode", "no-grad", "mixed-precision", "compile", "export"]}
 
 
 def test_the_concordance_has_every_concept_of_every_task_in_every_framework(site, page, screenshots):
