@@ -119,7 +119,9 @@ def test_every_framework_and_section_is_on_the_page(site, page, task):
 def test_each_page_opens_with_its_results_and_plot(site, page, task):
     page.goto((site / f"{task}.html").as_uri())
     rows = [r for r in report.load_rows(MACHINE) if r["task"] == task and r["profile"] == PROFILE]
-    assert page.locator(".results table tbody tr").count() == len(rows)
+    baseline = report.baseline(rows)          # the page shows the baseline runs; results.md has the variants
+    assert page.locator(".results table tbody tr").count() == len(baseline)
+    assert len(baseline) < len(rows) or task == "densenet_chestxray"    # its variants are not measured yet
     text = page.inner_text(".results .provenance")
     assert f"Profile cpu on {MACHINE.name}; data: synthetic" in text and "Python 3.11" in text
     assert page.eval_on_selector(".results img.plot", "img => img.complete && img.naturalWidth") > 500
@@ -171,7 +173,7 @@ def test_the_index_has_the_matrix_of_notebooks_and_runs(site, page, screenshots)
     header = page.eval_on_selector_all(".matrix thead th a", "links => links.map(a => a.getAttribute('href'))")
     assert header == [f"{t}.html" for t in suite.TASKS]
     assert page.eval_on_selector_all(".matrix tbody tr", "rows => rows.map(r => r.dataset.row)") == list(suite.FRAMEWORKS)
-    records = [r for r in report.load_records(MACHINE) if r["profile"] == PROFILE]
+    records = [r for r in report.load_records(MACHINE) if r["profile"] == PROFILE and not r.get("matrix")]
     assert page.locator(".matrix .status.ok").count() == sum(r["status"] == "ok" for r in records) == len(records)
     assert page.get_attribute('tr[data-row="jax"] td[data-task="cnn_cifar10"] a', "href") == "cnn_cifar10.html#pytorch,jax"
     page.screenshot(path=screenshots / "index.png", full_page=True)
