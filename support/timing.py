@@ -148,6 +148,13 @@ def timed(fn: Callable[[], object], sync: Callable[[], object] | None = None,
     return result, clock() - start
 
 
+def lazy_compile_s(first_step_s: float, steady: dict) -> float:
+    """The compilation of a framework that compiles inside its first call and offers no way to compile
+    without running (torch.compile, XLA through jit_compile, MXNet's hybridize, Keras's compile): the first
+    step's time less a steady step's median (`steady`: a `steady_state` or `Stopwatch` summary), never below 0."""
+    return max(first_step_s - steady["median_s"], 0.0)
+
+
 def overhead(laps: int = 2000, clock: Callable[[], float] = time.perf_counter) -> float:
     """The harness's own cost per lap in seconds: the wall time of `laps` empty Stopwatch laps (no
     sync), divided by `laps`; compare it with a repeat's time to see what the harness adds."""

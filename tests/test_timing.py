@@ -122,3 +122,8 @@ def test_timed_returns_the_result_and_its_time_with_sync_at_both_ends():
 
 def test_the_harness_overhead_is_a_small_positive_time():
     assert 0 < timing.overhead(laps=200) < 1e-3       # a lap's bookkeeping, not a step
+
+
+def test_a_lazy_compilation_is_the_first_step_less_a_steady_one_never_negative():
+    assert timing.lazy_compile_s(2.5, {"median_s": 0.5}) == 2.0
+    assert timing.lazy_compile_s(0.4, {"median_s": 0.5}) == 0.0      # a first step faster than the median
