@@ -279,6 +279,17 @@ def write_csv(rows: list[dict], path: Path) -> None:
 
 # --- formatting ---------------------------------------------------------------------------------------
 
+def table_line(cells) -> str:
+    """One Markdown table row of already formatted cells."""
+    return "| " + " | ".join(cells) + " |"
+
+
+def table_head(columns) -> list[str]:
+    """A Markdown table's head and alignment row from (head, right-aligned, cell) columns."""
+    return [table_line(head for head, _, _ in columns),
+            "|" + "|".join("---:" if right else "---" for _, right, _ in columns) + "|"]
+
+
 def cell(value) -> str:
     """Text that stays inside one Markdown table cell: `|` escaped, line breaks turned into spaces."""
     return " ".join(str(value).split()).replace("|", "\\|")
@@ -390,10 +401,8 @@ def task_table(rows: list[dict]) -> str:
         ("version", False, lambda r: cell(r["framework_version"] or EMPTY)),
         ("data", False, lambda r: cell(r["data"] or EMPTY)),
     ]
-    lines = ["| " + " | ".join(head for head, _, _ in columns) + " |",
-             "|" + "|".join("---:" if right else "---" for _, right, _ in columns) + "|"]
-    for r in rows:
-        lines.append("| " + " | ".join(show(r) for _, _, show in columns) + " |")
+    lines = table_head(columns)
+    lines += [table_line(show(r) for _, _, show in columns) for r in rows]
     if not all(comparable(r) for r in rows):
         lines += ["", not_comparable_note(rows)]
     return "\n".join(lines)
@@ -750,11 +759,10 @@ def readme_task_table(rows: list[dict]) -> list[str]:
         *([(metric, True, lambda r: (fmt_metric(r["value"]) + (" !" if r["band"] == "outside" else ""))
             if r["status"] == "ok" and shows_metric(r) else EMPTY)] if metric else []),
     ]
-    lines = ["| " + " | ".join(head for head, _, _ in columns) + " |",
-             "|" + "|".join("---:" if right else "---" for _, right, _ in columns) + "|"]
+    lines = table_head(columns)
     for r in rows:
-        cells = [show(r) if r["status"] == "ok" or i < 2 + mixed else EMPTY for i, (_, _, show) in enumerate(columns)]
-        lines.append("| " + " | ".join(cells) + " |")
+        lines.append(table_line(show(r) if r["status"] == "ok" or i < 2 + mixed else EMPTY
+                                for i, (_, _, show) in enumerate(columns)))
     return lines
 
 
@@ -842,9 +850,8 @@ def variant_table(rows: list[dict]) -> str:
         ("compile s", True, lambda r: fmt(r["compile_s"])),
         ("parity error", True, lambda r: EMPTY if r["parity_error"] is None else format(r["parity_error"], ".1e")),
     ]
-    lines = ["| " + " | ".join(head for head, _, _ in columns) + " |",
-             "|" + "|".join("---:" if right else "---" for _, right, _ in columns) + "|"]
-    lines += ["| " + " | ".join(show(r) for _, _, show in columns) + " |" for r in rows]
+    lines = table_head(columns)
+    lines += [table_line(show(r) for _, _, show in columns) for r in rows]
     return "\n".join(lines)
 
 
@@ -866,12 +873,12 @@ def sweep_table(rows: list[dict]) -> str:
     sizes = sorted({s["batch_size"] for r in rows for s in r["sweep"]["sizes"]})
     unit = "batch" if is_inference(rows[0]["task"]) else "step"
     head = ["framework", "variant", *(f"batch {b}" for b in sizes), "stopped"]
-    lines = ["| " + " | ".join(head) + " |", "|---|---|" + "---:|" * len(sizes) + "---|"]
+    lines = [table_line(head), "|---|---|" + "---:|" * len(sizes) + "---|"]
     for r in rows:
         by_size = {s["batch_size"]: s for s in r["sweep"]["sizes"]}
         cells = [f"{fmt(by_size[b]['samples_per_s'])} ({fmt_ms(by_size[b]['p95_s'])} ms)" if b in by_size else EMPTY
                  for b in sizes]
-        lines.append("| " + " | ".join([line_name(r), cell(r["matrix"]), *cells, cell(r["sweep"]["stopped"])]) + " |")
+        lines.append(table_line([line_name(r), cell(r["matrix"]), *cells, cell(r["sweep"]["stopped"])]))
     return (f"Each cell: samples/s at that batch size, and in brackets the 95th-percentile latency of one {unit} "
             "(`support.timing.sweep`: untimed warm-up steps, then single timed steps).\n\n" + "\n".join(lines))
 

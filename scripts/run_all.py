@@ -172,10 +172,11 @@ def parse_args(argv=None):
     if args.jobs < 1:
         p.exit(2, f"run_all.py: --jobs {args.jobs}: give 1 or more notebooks at a time\n")
     args.data = parse_data(args.data, p)
-    args.precisions = split_names(args.precision, list(precision.PRECISIONS), "precision", p)
-    args.precisions = args.precisions if args.precision else ["fp32"]
-    args.compilations = split_names(args.compilation, precision.COMPILATIONS, "compilation", p)
-    args.compilations = args.compilations if args.compilation else ["auto"]
+    # Without the flag, the matrix is the baseline alone (split_names' own default would be every value).
+    args.precisions = split_names(args.precision or [tasks.VARIANT_PARAMETERS["precision"]], precision.PRECISIONS,
+                                  "precision", p)
+    args.compilations = split_names(args.compilation or [tasks.VARIANT_PARAMETERS["compilation"]],
+                                    precision.COMPILATIONS, "compilation", p)
     try:
         timing_sizes(args.batch_sizes)
     except ValueError as err:

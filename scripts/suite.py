@@ -113,8 +113,10 @@ COMPILATION_LABELS = {"on": "compiled", "off": "eager"}
 
 def matrix_label(matrix: dict) -> str:
     """'' for the baseline, else e.g. 'bf16', 'compiled', 'bf16-eager', 'sweep'."""
-    parts = [matrix["precision"]] if matrix.get("precision", "fp32") != "fp32" else []
-    parts += [COMPILATION_LABELS[matrix["compilation"]]] if matrix.get("compilation", "auto") != "auto" else []
+    default = tasks.VARIANT_PARAMETERS
+    parts = [matrix["precision"]] if matrix.get("precision", default["precision"]) != default["precision"] else []
+    parts += [COMPILATION_LABELS[matrix["compilation"]]] if matrix.get(
+        "compilation", default["compilation"]) != default["compilation"] else []
     return "-".join(parts + (["sweep"] if matrix.get("batch_sizes") else []))
 
 

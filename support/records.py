@@ -13,7 +13,7 @@ import math
 from pathlib import Path
 
 from support import env, flops, tasks
-from support.precision import PRECISIONS
+from support.precision import PRECISIONS, STATUSES as STOPPED
 from support.files import atomic_write
 from support.params import as_dict
 from support.timing import describe
@@ -23,7 +23,7 @@ from support.timing import describe
 # Schema 1 records (written before) are still read; their rows show those columns empty.
 SCHEMA = 2
 SCHEMAS = (1, 2)
-STATUSES = ("ok", "failed", "timeout", "unsupported", "not_applicable")   # the last two: support.precision
+STATUSES = ("ok", "failed", "timeout") + STOPPED     # STOPPED: a combination that cannot run (support.precision)
 DATA_KINDS = ("real", "synthetic")
 # The metric each task's table shows beside the time (None: the task measures speed only).
 METRICS = {name: task.metric for name, task in tasks.TASKS.items()}
@@ -209,6 +209,11 @@ def write(path, *, task: str, framework: str, params, data: str, timing: dict, m
     print(f"{task} / {framework}{' / ' + variant if variant else ''}{how}: {describe(timing)}; {shown}")
     if steps is not None:
         print(f"steady state: {describe(steps)}")
+    return _save(path, record)
+
+
+def _save(path, record: dict) -> dict:
+    """Write a validated record atomically where `path` says (None: only printed) and return it."""
     if path:
         atomic_write_json(path, record)
         print(f"record written to {path}")
@@ -226,10 +231,7 @@ def write_stopped(path, *, task: str, framework: str, params, environment: dict,
     validate(record)
     print(f"{task} / {framework}{' / ' + variant if variant else ''}: {status.replace('_', ' ')} "
           f"({precision}, compilation {compilation}): {reason}")
-    if path:
-        atomic_write_json(path, record)
-        print(f"record written to {path}")
-    return record
+    return _save(path, record)
 
 
 def read(path) -> dict:
