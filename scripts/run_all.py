@@ -193,16 +193,18 @@ def parse_args(argv=None):
 def matrices(args, task: str, framework: str, run: dict) -> list[dict]:
     """The variant matrix for one notebook variant: every precision x compilation asked for, and beside each,
     with --batch-size, a run of the sweep (its own run, so that no sweep's large batches reach the memory
-    or the times of another row). A compilation equal to the framework's default is dropped (that run is the
-    baseline), so no run repeats another under a second name."""
+    or the times of another row), in the task's sweep modes only. A compilation equal to the framework's
+    default is dropped (that run is the baseline), so no run repeats another under a second name."""
     default = precision.default(suite.compilation_key(framework, run), task)
+    sweep_modes = tasks.get(task).sweep_modes
+    sweeps = bool(args.batch_sizes) and (not sweep_modes or run.get("mode") in sweep_modes)
     out = []
     for chosen in args.precisions:
         for compilation in args.compilations:
             matrix = {"precision": chosen, "compilation": compilation}
             matrix = {k: v for k, v in matrix.items() if v != tasks.VARIANT_PARAMETERS[k] and
                       not (k == "compilation" and v == default)}
-            for entry in (matrix, {**matrix, "batch_sizes": args.batch_sizes}) if args.batch_sizes else (matrix,):
+            for entry in (matrix, {**matrix, "batch_sizes": args.batch_sizes}) if sweeps else (matrix,):
                 if entry not in out:
                     out.append(entry)
     return out

@@ -33,6 +33,7 @@ class Task:
     band_profiles: tuple = PROFILES   # the profiles at which the band is checked
     modes: tuple = ()           # values of its `mode` parameter: each notebook runs once per mode
     metric_modes: tuple = ()    # the modes whose metric the README table shows (default: all)
+    sweep_modes: tuple = ()     # the modes whose run gets a batch-size sweep beside it (default: all)
 
     @property
     def headline(self) -> str:
@@ -62,7 +63,8 @@ TASKS = {task.name: task for task in (
     Task("densenet_chestxray", "DenseNet-121 on ChestX-ray14", "DenseNet-121", "epoch", "auc",
          parameters=("data", "mode"), band=0.05,
          band_profiles=("full",),     # the smaller profiles score 32 to 64 test images: too few for an AUC
-         modes=("loader", "ram"), metric_modes=("loader",)),
+         modes=("loader", "ram"), metric_modes=("loader",),
+         sweep_modes=("ram",)),     # the sweep holds one batch in memory in either mode: run it once
     Task("resnet50_features", "ResNet-50 feature extraction", "ResNet-50", "batch", None,
          parameters=("parity",), parity=True),
     Task("gru_imdb", "GRU on IMDB", "GRU", "epoch", "accuracy",

@@ -209,6 +209,11 @@ def test_keras_compilation_default_is_its_backends_and_sweeps_run_beside_each_ru
     assert jobs[3][3] == {"batch_sizes": "1,max"}
 
 
+def test_densenets_sweep_runs_once_in_ram_mode():
+    jobs = planned(["--task", "densenet_chestxray", "--framework", "pytorch", "--batch-size", "1,max"])
+    assert [v for _, _, v, _ in jobs] == ["loader", "ram", "ram-sweep"]
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--precision", "fp64"], "unknown precision 'fp64'; choose from: fp32, tf32, bf16, fp16"),
     (["--compilation", "yes"], "unknown compilation 'yes'; choose from: auto, off, on"),
