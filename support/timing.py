@@ -230,11 +230,13 @@ def sweep(make_step: Callable[[int], Callable[[], object]], spec, *, budget_s: f
     `make_step(b)` puts a batch of `b` examples on the device and returns one step on it (a training step,
     or a forward pass); an out-of-memory error from it or from the step ends the sweep there. Each size gets
     `warmup` untimed steps (the first, which may trace or compile for the new shape, is timed apart), then
-    `repeats` single timed steps: their median and 95th percentile are the latency per batch. Before each
-    size after the first, the time it would take must fit in what is left of `budget_s`: the last size's
-    first step again (a compiling framework traces and compiles each new shape, whatever its size) plus its
-    timed steps scaled by the batch. On the host its memory (the last size's growth of the peak, scaled)
-    must fit in what is free. Returns {"sizes": [one row per size], "stopped": why the sweep ended, ...}.
+    `repeats` single timed steps: their median and 95th percentile are the latency per batch. The sizes asked
+    for by number always run (what the user asked to see); `budget_s` bounds the search for the largest
+    ("max"): a doubled size runs only if the time it would take fits in what is left of the budget, the last
+    size's first step again (a compiling framework traces and compiles each new shape, whatever its size)
+    plus its timed steps scaled by the batch. Before every size after the first, on the host, its memory
+    (the last size's growth of the peak, scaled) must fit in what is free.
+    Returns {"sizes": [one row per size], "stopped": why the sweep ended, ...}.
     """
     sizes, largest = batch_sizes(spec)
     if not sizes:
@@ -250,7 +252,7 @@ def sweep(make_step: Callable[[int], Callable[[], object]], spec, *, budget_s: f
         if last is not None:
             scale = b / last[0]
             needed, left = last[1] + last[2] * scale, budget_s - (clock() - started)
-            if needed > left:
+            if b not in sizes and needed > left:
                 stopped = (f"time budget: batch {b} would take about {needed:.0f} s, more than the "
                            f"{max(left, 0):.0f} s left of {budget_s:g} s")
                 break

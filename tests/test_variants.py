@@ -119,6 +119,14 @@ def test_the_sweep_doubles_until_the_time_budget_and_says_where_it_stopped():
     assert result["asked"] == "1,64,max" and result["budget_s"] == 10
 
 
+def test_sizes_asked_for_by_number_run_whatever_the_budget():
+    clock = Clock()
+    result = timing.sweep(fake_steps(clock, per_sample=0.1), "1,64,max", budget_s=1, clock=clock,
+                          available=lambda: 2 ** 40, peak=lambda: 0)
+    assert [row["batch_size"] for row in result["sizes"]] == [1, 64]       # 64 alone takes longer than the budget
+    assert result["stopped"].startswith("time budget: batch 128 would take about")
+
+
 @pytest.mark.parametrize("error", [
     MemoryError(),
     RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB"),                 # torch.OutOfMemoryError's text
