@@ -9,7 +9,8 @@ Training tasks take two measurements (support.timing): the epochs end to end (`e
 `step_repeats` repeats of `steps_per_repeat` steps).
 - `tiny`: seconds per notebook, for CI smoke tests.
 
-A batch-size sweep (the `batch_sizes` parameter) runs within `sweep_budget_s` seconds per notebook.
+A batch-size sweep (the `batch_sizes` parameter) runs the sizes asked for, then searches for the largest
+(`max`) within `sweep_budget_s` seconds per notebook.
 
 `load(task, profile)` resolves "auto" to `full` where a GPU is seen and `cpu` otherwise, and
 prints the choice. Sizes of None mean "the whole dataset".
