@@ -872,8 +872,8 @@ def sweep_table(rows: list[dict]) -> str:
     """Per framework line and precision: samples/s and p95 latency at each batch size, and why the sweep stopped."""
     sizes = sorted({s["batch_size"] for r in rows for s in r["sweep"]["sizes"]})
     unit = "batch" if is_inference(rows[0]["task"]) else "step"
-    head = ["framework", "variant", *(f"batch {b}" for b in sizes), "stopped"]
-    lines = [table_line(head), "|---|---|" + "---:|" * len(sizes) + "---|"]
+    lines = table_head([("framework", False, None), ("variant", False, None),
+                        *((f"batch {b}", True, None) for b in sizes), ("stopped", False, None)])
     for r in rows:
         by_size = {s["batch_size"]: s for s in r["sweep"]["sizes"]}
         cells = [f"{fmt(by_size[b]['samples_per_s'])} ({fmt_ms(by_size[b]['p95_s'])} ms)" if b in by_size else EMPTY

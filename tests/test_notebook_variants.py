@@ -1,6 +1,7 @@
 """The variant matrix on the real notebooks at the tiny profile, through the runner, in both kernels: mixed
-precision in bf16 (learning, parity at bf16's tolerance, DenseNet-121's AUC on every Keras backend), compiled and eager, the batch-size sweep, and the
-combinations recorded `unsupported` or `not_applicable` with their reasons."""
+precision in bf16 (learning, parity at bf16's tolerance, DenseNet-121's AUC on every Keras backend), compiled
+and eager, the batch-size sweep, and the combinations recorded `unsupported` or `not_applicable` with their
+reasons."""
 import json
 
 import pytest
