@@ -52,6 +52,7 @@ CONCEPTS = {
     "no-grad": "Inference without gradients",
     "mixed-precision": "Mixed precision",
     "compile": "Compile",
+    "data-parallel": "Data parallelism on several devices",
     "save": "Save",
     "load": "Load",
     "export": "Export",

@@ -69,6 +69,7 @@ COLUMNS = (
     "first_step_s", "compile_s", "host_peak_bytes", "device_peak_bytes",
     "flops_per_sample", "gflops", "peak_gflops", "mfu",
     "metric", "value", "band", "curve", "n_parameters", "framework_version", "parity_error",
+    "devices", "global_batch", "data_parallel_error", "data_parallel_abs",
     "python", "numpy", "device", "threads", "cuda", "cudnn", "machine", "git_commit", "date", "wall_s", "error")
 # Every column that holds a time or a rate: empty for a run that shared the machine (not timed).
 TIMING_COLUMNS = ("median_s", "q1_s", "q3_s", "iqr_s", "cv", "n_timed", "warmup_s", "e2e_samples_per_s",
@@ -167,6 +168,11 @@ def row(record: dict) -> dict:
         "metric": metric, "value": value, "band": None, "curve": record.get("curve"),
         "n_parameters": record.get("n_parameters"),
         "parity_error": (record.get("parity") or {}).get("max_rel_error"),
+        # data parallelism: the devices (the record's, else the matrix's) and the one-step check against one device
+        "devices": record.get("devices") or (record.get("matrix") or {}).get("devices") or tasks.DEVICES_DEFAULT,
+        "global_batch": record.get("global_batch_size"),
+        "data_parallel_error": (record.get("data_parallel") or {}).get("max_rel_error"),
+        "data_parallel_abs": (record.get("data_parallel") or {}).get("max_abs_diff"),
         "framework_version": env.get("framework_version"), "python": env.get("python"), "numpy": env.get("numpy"),
         "device": env.get("device"), "threads": env.get("threads"), "cuda": env.get("cuda"),
         "cudnn": env.get("cudnn"), "machine": env.get("machine"), "git_commit": env.get("git_commit"),
@@ -856,8 +862,9 @@ def variant_table(rows: list[dict]) -> str:
 
 
 def matrix_rows(task_rows: list[dict]) -> list[dict]:
-    """The rows of the variant table: every line that has a variant, its baseline first; sweeps apart."""
-    runs = [r for r in task_rows if "sweep" not in r["matrix"].split("-")]
+    """The rows of the variant table: every line that has a variant, its baseline first; sweeps and runs on
+    several devices apart (their own tables)."""
+    runs = [r for r in task_rows if "sweep" not in r["matrix"].split("-") and r["devices"] == tasks.DEVICES_DEFAULT]
     lines = {(r["framework"], r["line"]) for r in runs if r["matrix"]}
     chosen = [dict(r, speedup=speedup(r, task_rows)) for r in runs if (r["framework"], r["line"]) in lines]
     return sorted(chosen, key=lambda r: (FRAMEWORK_ORDER.get(r["framework"], 99), r["line"], r["matrix"] != "",
@@ -883,10 +890,77 @@ def sweep_table(rows: list[dict]) -> str:
             "(`support.timing.sweep`: untimed warm-up steps, then single timed steps).\n\n" + "\n".join(lines))
 
 
+def device_rows(task_rows: list[dict]) -> list[tuple[dict, dict | None]]:
+    """(run on several devices, the same line's run on one device or None) for each run on several devices of
+    the default precision and compilation, in table order."""
+    def same(r: dict) -> tuple:
+        return (r["framework"], r["line"], r["precision"], r["compilation"], r["data"])
+    single = {same(r): r for r in task_rows if r["devices"] == tasks.DEVICES_DEFAULT and not r["matrix"]}
+    several = [r for r in task_rows if r["devices"] != tasks.DEVICES_DEFAULT and r["matrix"] == f"{r['devices']}dev"]
+    several.sort(key=lambda r: (FRAMEWORK_ORDER.get(r["framework"], 99), r["line"], r["devices"]))
+    return [(r, single.get(same(r))) for r in several]
+
+
+def scaling(several: dict, one: dict | None) -> tuple[float | None, float | None]:
+    """(speed-up, scaling efficiency) of the time per epoch: one device's over several's, and that per device."""
+    if one is None or not (number(one["median_s"]) and number(several["median_s"])) or \
+            "ok" != several["status"] or "ok" != one["status"]:
+        return None, None
+    speed = one["median_s"] / several["median_s"]
+    return speed, speed / several["devices"]
+
+
+def devices_table(pairs: list[tuple[dict, dict | None]]) -> str:
+    """The seed's multi-device table: per framework line and mode, the time per epoch on one device and on N,
+    the speed-up and the scaling efficiency, the compute throughput on each, and the data-parallel check."""
+    def check(r: dict) -> str:
+        if r["data_parallel_error"] is None:
+            return EMPTY
+        return f"{r['data_parallel_error']:.1e} ({r['data_parallel_abs']:.1e})"
+    columns = [
+        ("framework", False, lambda r, o: line_name(dict(r, line=split_variant(dict(r, variant=r["line"]))[0]))),
+        ("mode", False, lambda r, o: cell(split_variant(dict(r, variant=r["line"]))[1] or EMPTY)),
+        ("devices", True, lambda r, o: str(r["devices"])),
+        ("global batch", True, lambda r, o: fmt(r["global_batch"])),
+        ("status", False, lambda r, o: r["status"] if r["status"] == "ok"
+         else f"**{r['status'].replace('_', ' ')}**: {cell((r['error'] or '')[:200])}"),
+        ("s/epoch, 1 device", True, lambda r, o: EMPTY if o is None else timed_cell(o, fmt(o["median_s"]))),
+        ("s/epoch", True, lambda r, o: timed_cell(r, fmt(r["median_s"]))),
+        ("speed-up", True, lambda r, o: EMPTY if scaling(r, o)[0] is None else f"{scaling(r, o)[0]:.2f}x"),
+        ("efficiency", True, lambda r, o: EMPTY if scaling(r, o)[1] is None else fmt_pct(scaling(r, o)[1])),
+        ("compute samples/s, 1 device", True, lambda r, o: EMPTY if o is None else timed_cell(
+            o, fmt(o["compute_samples_per_s"]))),
+        ("compute samples/s", True, lambda r, o: timed_cell(r, fmt(r["compute_samples_per_s"]))),
+        ("data-parallel check", True, lambda r, o: check(r)),
+    ]
+    lines = table_head([(head, right, None) for head, right, _ in columns])
+    lines += [table_line(show(r, o) for _, _, show in columns) for r, o in pairs]
+    return "\n".join(lines)
+
+
+def devices_section(task: str, profile: str, pairs: list[tuple[dict, dict | None]]) -> list[str]:
+    cpu = all((r["device"] or "cpu") == "cpu" for r, _ in pairs)
+    where = ("These ran on CPU devices, which share the same cores: on this machine the table proves the data-parallel "
+             "code correct, not faster. On a machine with N GPUs the same command (`run_all.py --devices 1,N`) "
+             "measures real scaling." if cpu else
+             "These ran on GPUs: the speed-up is the scaling of the framework's data parallelism on this machine.")
+    return [f"## Several devices: {TASK_TITLES.get(task, task)} (profile `{profile}`)", "",
+            "Each run on N devices against the same framework line on one device: the batch size is per device, so "
+            "the global batch is N times larger and an epoch over the same images takes 1/N of the steps. "
+            "*Speed-up*: the time per epoch on one device over that on N; *efficiency*: the speed-up per device. "
+            "*Data-parallel check*: one plain SGD step on N devices against the same step on one device, from the "
+            "same weights and on the same global batch (`support.parity.data_parallel`): the largest parameter "
+            "difference relative to the largest update, and in brackets the largest difference itself. " + where,
+            "", devices_table(pairs), ""]
+
+
 def variant_sections(rows: list[dict]) -> list[str]:
-    """results.md's part on the variant matrix: per profile and task, the variant table and the sweeps."""
+    """results.md's part on the variant matrix: per profile and task, the variant table, the sweeps and the
+    runs on several devices."""
     parts = []
     for profile, task, task_rows in groups(rows):
+        pairs = device_rows(task_rows)
+        parts += devices_section(task, profile, pairs) if pairs else []
         chosen, sweeps = matrix_rows(task_rows), sweep_rows(task_rows)
         if not chosen and not sweeps:
             continue

@@ -146,6 +146,11 @@ def parse_args(argv=None):
                    help="beside each run, a run of the notebook's batch-size sweep, e.g. 1,64,max (max: doubling until "
                         "memory or the profile's sweep_budget_s runs out); its rows are the variant 'sweep' "
                         "(with --resume, the runs already recorded are not repeated)")
+    p.add_argument("--devices", default=str(tasks.DEVICES_DEFAULT),
+                   help="device counts to train on, data-parallel, comma-separated, e.g. 1,2,4, or all (default 1), "
+                        "for the tasks whose notebooks take `devices` (DenseNet-121); each count is a run of its own. "
+                        "Capped at this machine's GPUs, or without one at its cores: CPU devices share the cores, "
+                        "so there they prove the data-parallel code right, not faster")
     p.add_argument("--resume", action="store_true",
                    help="skip notebooks whose ok record was made from the same inputs (notebook, support/, pins, "
                         "parameters, hardware); rerun the others, saying why")
@@ -177,6 +182,7 @@ def parse_args(argv=None):
                                   "precision", p)
     args.compilations = split_names(args.compilation or [tasks.VARIANT_PARAMETERS["compilation"]],
                                     precision.COMPILATIONS, "compilation", p)
+    args.device_counts = parse_devices(args.devices, p)
     try:
         timing_sizes(args.batch_sizes)
     except ValueError as err:
@@ -190,23 +196,62 @@ def parse_args(argv=None):
     return args
 
 
+def machine_devices() -> tuple[int, str]:
+    """How many devices a data-parallel run can have here, and what they are: the GPUs `nvidia-smi` lists,
+    else one CPU device per core."""
+    try:
+        listed = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30).stdout
+        gpus = sum(line.startswith("GPU ") for line in listed.splitlines())
+    except (OSError, subprocess.SubprocessError):
+        gpus = 0
+    if gpus:
+        return gpus, f"{gpus} GPU{'s' if gpus > 1 else ''}"
+    cores = os.cpu_count() or 1
+    return cores, f"{cores} CPU core{'s' if cores > 1 else ''} and no GPU"
+
+
+def parse_devices(text: str, parser) -> list[int]:
+    """--devices: counts >= 1 or `all`, comma-separated; those above what this machine has are left out, saying so."""
+    items = [v.strip() for v in str(text).split(",") if v.strip()]
+    for item in items:
+        if item != "all" and not (item.isdigit() and int(item) >= 1):
+            parser.exit(2, f"run_all.py: --devices {item!r}: give whole numbers of at least 1, or all (e.g. 1,2,4)\n")
+    if items in ([], [str(tasks.DEVICES_DEFAULT)]):
+        return [tasks.DEVICES_DEFAULT]
+    available, what = machine_devices()
+    counts = []
+    for item in items:
+        n = available if item == "all" else int(item)
+        if n > available:
+            print(f"run_all.py: --devices {n} left out: this machine has {what}")
+        elif n not in counts:
+            counts.append(n)
+    if not counts:
+        parser.exit(2, f"run_all.py: --devices {text!r}: no count fits this machine ({what})\n")
+    return counts
+
+
 def matrices(args, task: str, framework: str, run: dict) -> list[dict]:
-    """The variant matrix for one notebook variant: every precision x compilation asked for, and beside each,
-    with --batch-size, a run of the sweep (its own run, so that no sweep's large batches reach the memory
-    or the times of another row), in the task's sweep modes only. A compilation equal to the framework's
+    """The variant matrix for one notebook variant: every precision x compilation (x device count, for a task
+    that trains on several devices) asked for, and beside each, with --batch-size, a run of the sweep (its
+    own run, so that no sweep's large batches reach the memory or the times of another row), in the task's
+    sweep modes only. A compilation equal to the framework's
     default is dropped (that run is the baseline), so no run repeats another under a second name."""
     default = precision.default(suite.compilation_key(framework, run), task)
     sweep_modes = tasks.get(task).sweep_modes
     sweeps = bool(args.batch_sizes) and (not sweep_modes or run.get("mode") in sweep_modes)
+    counts = args.device_counts if tasks.get(task).parallel else [tasks.DEVICES_DEFAULT]
     out = []
     for chosen in args.precisions:
         for compilation in args.compilations:
-            matrix = {"precision": chosen, "compilation": compilation}
-            matrix = {k: v for k, v in matrix.items() if v != tasks.VARIANT_PARAMETERS[k] and
-                      not (k == "compilation" and v == default)}
-            for entry in (matrix, {**matrix, "batch_sizes": args.batch_sizes}) if sweeps else (matrix,):
-                if entry not in out:
-                    out.append(entry)
+            for devices in counts:
+                matrix = {"precision": chosen, "compilation": compilation}
+                matrix = {k: v for k, v in matrix.items() if v != tasks.VARIANT_PARAMETERS[k] and
+                          not (k == "compilation" and v == default)}
+                matrix.update({"devices": devices} if devices != tasks.DEVICES_DEFAULT else {})
+                for entry in (matrix, {**matrix, "batch_sizes": args.batch_sizes}) if sweeps else (matrix,):
+                    if entry not in out:
+                        out.append(entry)
     return out
 
 

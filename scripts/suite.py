@@ -107,16 +107,18 @@ def variant_label(run: dict) -> str:
 
 # The variant matrix (run_all.py --precision, --compilation, --batch-size): papermill parameters every
 # notebook declares (support.tasks.VARIANT_PARAMETERS). A run that leaves them at their defaults is the
-# baseline; the others are labelled after the notebook's own variant, e.g. 'jax-ram-bf16-compiled'.
+# baseline; the others are labelled after the notebook's own variant, e.g. 'jax-ram-bf16-compiled'. A task whose
+# notebooks train on several devices (tasks.Task.parallel) also takes `devices` (--devices), labelled e.g. 'ram-2dev'.
 COMPILATION_LABELS = {"on": "compiled", "off": "eager"}
 
 
 def matrix_label(matrix: dict) -> str:
-    """'' for the baseline, else e.g. 'bf16', 'compiled', 'bf16-eager', 'sweep'."""
+    """'' for the baseline, else e.g. 'bf16', 'compiled', 'bf16-eager', '2dev' (2 devices), 'sweep'."""
     default = tasks.VARIANT_PARAMETERS
     parts = [matrix["precision"]] if matrix.get("precision", default["precision"]) != default["precision"] else []
     parts += [COMPILATION_LABELS[matrix["compilation"]]] if matrix.get(
         "compilation", default["compilation"]) != default["compilation"] else []
+    parts += [f"{matrix['devices']}dev"] if matrix.get("devices", tasks.DEVICES_DEFAULT) != tasks.DEVICES_DEFAULT else []
     return "-".join(parts + (["sweep"] if matrix.get("batch_sizes") else []))
 
 

@@ -18,6 +18,7 @@ prints the choice. Sizes of None mean "the whole dataset".
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass
 
 from support.tasks import NAMES, PROFILES
@@ -151,6 +152,35 @@ def load(task: str, profile: str = "auto", gpu: bool = False):
     for field in dataclasses.fields(params)[1:]:
         print(f"  {field.name} = {getattr(params, field.name)}")
     return params
+
+
+def cpu_devices(value) -> int:
+    """The CPU devices a run of `devices=value` asks for: the number, or "all": one per core.
+
+    Data parallelism without a GPU runs on CPU devices, which every framework can make from the one host
+    (JAX's `jax_num_cpu_devices`, TensorFlow's logical devices, one PyTorch process per device, MXNet's
+    `mx.cpu(i)` contexts, Chainer's `@numpy` devices). Several of them must be made before the framework
+    starts, when it is not yet known whether a GPU is there; they all share the machine's cores, so on a CPU
+    they prove the data-parallel code correct, not faster.
+    """
+    if value == "all":
+        return os.cpu_count() or 1
+    if isinstance(value, bool) or not isinstance(value, (int, str)) or not str(value).isdigit() or int(value) < 1:
+        raise ValueError(f"devices={value!r}: give a whole number of at least 1, or \"all\"")
+    return int(value)
+
+
+def devices(value, gpus: int) -> int:
+    """How many devices a run trains on, data-parallel, where its framework sees `gpus` GPUs: with GPUs at
+    most that many ("all": every one); without, CPU devices (cpu_devices). The batch size is per device:
+    the global batch is `batch_size` times this."""
+    wanted = cpu_devices(value)
+    if gpus and value == "all":
+        return gpus
+    if gpus and wanted > gpus:
+        raise ValueError(f"devices={value!r}: the framework sees {gpus} GPU{'s' if gpus > 1 else ''}; "
+                         f"give at most {gpus}, or \"all\"")
+    return wanted
 
 
 def as_dict(params) -> dict:

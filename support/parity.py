@@ -10,6 +10,7 @@ same function, so their timings compare like with like.
     error = parity.relative_error(outputs, expected)  # < 1e-4 in float32
     extra = parity.compare("cnn_cifar10", outputs, weights, x)   # the same, printed, as record fields
     saved = parity.agree("save_load", restored_outputs, outputs)  # two of a model's outputs, same tolerance
+    checked = parity.data_parallel(after_2, after_1, before, devices=2, batch_norm="per-device")  # DenseNet
 
 The weights are random (seeded, so every kernel writes the same file) and scaled so activations
 stay O(1) through the network; batch-norm running statistics are not the trivial 0 and 1, so a
@@ -306,3 +307,59 @@ def agree(check: str, outputs, expected, *, against: str = "", scale: str = "out
     print(f"{check}: largest deviation{against} {error:.1e} of the {scale}' scale "
           f"({'within' if error < tolerance else 'OUTSIDE'} the {precision} tolerance {tolerance:g})")
     return {check: {"max_rel_error": error, "tolerance": tolerance, "outputs_shape": list(np.shape(outputs))}}
+
+
+# Data parallelism (the DenseNet-121 notebooks' `devices`): how a framework's replicas treat batch norm decides
+# which one-device step the several-device step must equal.
+DATA_PARALLEL_REFERENCES = {
+    "per-device": "the mean of the per-device losses, each device's share of the batch through the model apart",
+    "global": "the loss of the whole global batch in one forward pass",
+}
+# The data-parallel check's tolerance in float32, relative to the largest update. Summing in another order is
+# enough to move a DenseNet-121 step by up to 3e-3 of its largest update at the tiny profile (batch norm over
+# 2x2 maps of 8 images amplifies rounding): the same one-device step on the same batch reordered differs from
+# it by 2.8e-3 in JAX, as much as two devices do. A gradient summed instead of averaged is off by 1, a wrong
+# batch-norm reference by far more than 1e-2.
+DATA_PARALLEL_TOLERANCE = 1e-2
+
+
+def data_parallel(several: dict, one: dict, before: dict, *, devices: int, batch_norm: str,
+                  precision: str = "fp32") -> dict:
+    """Data parallelism's check: the trainable parameters after one training step on `devices` devices
+    (`several`) against the same step on one device (`one`), both from the weights `before` and on the same
+    global batch, each a dict name -> array.
+
+    The step is plain SGD at learning rate 1, so each parameter moves by minus the gradient the step applied,
+    and the comparison is of the gradient the devices averaged. `batch_norm` says how the replicas normalise:
+    "per-device", each with its own share's statistics (PyTorch's DistributedDataParallel, MirroredStrategy,
+    MXNet, Chainer: the one-device step averages the shares' losses, each through the model apart), or
+    "global", one program normalising the whole batch across devices (JAX's sharded step, Keras on JAX: the
+    one-device step is the whole batch). Batch norm's running statistics are not trainable and not compared.
+    Prints the verdict in one line; returns the record's field `{"data_parallel": {...}}` with the largest
+    parameter difference and that difference relative to the largest update, and the tolerance:
+    DATA_PARALLEL_TOLERANCE, or the tolerance of `precision` where that is larger.
+    """
+    if batch_norm not in DATA_PARALLEL_REFERENCES:
+        raise ValueError(f"batch_norm={batch_norm!r}: choose from {', '.join(DATA_PARALLEL_REFERENCES)}")
+    names = sorted(before)
+    for what, params in (("several-device", several), ("one-device", one)):
+        if sorted(params) != names:
+            odd = sorted(set(params) ^ set(names))
+            raise ValueError(f"the {what} parameters differ in name from the weights before the step: {odd[:3]}")
+    as64 = {k: {name: np.asarray(p[name], dtype=np.float64) for name in names}
+            for k, p in (("several", several), ("one", one), ("before", before))}
+    for name in names:
+        if not (as64["several"][name].shape == as64["one"][name].shape == as64["before"][name].shape):
+            raise ValueError(f"parameter {name!r}: shapes {as64['several'][name].shape} (several devices), "
+                             f"{as64['one'][name].shape} (one), {as64['before'][name].shape} (before) differ")
+    difference = max(float(np.abs(as64["several"][n] - as64["one"][n]).max()) for n in names)
+    update = max(float(np.abs(as64["one"][n] - as64["before"][n]).max()) for n in names)
+    error = float(difference / (update + np.finfo(np.float64).tiny))
+    tolerance = max(DATA_PARALLEL_TOLERANCE, precision_tolerance(precision))
+    print(f"data parallel: one step on {devices} devices against one device ({batch_norm} batch norm): "
+          f"largest parameter difference {difference:.1e}, {error:.1e} of the largest update "
+          f"({'within' if error < tolerance else 'OUTSIDE'} the {precision} tolerance {tolerance:g})")
+    return {"data_parallel": {"devices": int(devices), "batch_norm": batch_norm,
+                              "reference": DATA_PARALLEL_REFERENCES[batch_norm], "max_abs_diff": difference,
+                              "max_update": update, "max_rel_error": error, "tolerance": tolerance,
+                              "n_tensors": len(names)}}

@@ -83,6 +83,13 @@ _FIELDS = {
     "curve": (lambda v: isinstance(v, list) and len(v) > 0 and all(_number(x) for x in v), "a list of numbers"),
     "parity": (lambda v: isinstance(v, dict) and _number(v.get("max_rel_error")) and v["max_rel_error"] >= 0,
                "an object with max_rel_error a finite number >= 0"),
+    # data parallelism (support.params.devices, support.parity.data_parallel): how many devices, the global batch
+    **{k: (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1, "an integer >= 1")
+       for k in ("devices", "global_batch_size")},
+    "data_parallel": (lambda v: isinstance(v, dict) and isinstance(v.get("devices"), int) and v["devices"] >= 2
+                      and _number(v.get("max_rel_error")) and v["max_rel_error"] >= 0
+                      and _number(v.get("max_abs_diff")) and _number(v.get("tolerance")),
+                      "an object with devices (2 or more), max_abs_diff, max_rel_error and tolerance"),
     "precision": (lambda v: v in PRECISIONS, f"one of {', '.join(PRECISIONS)}"),
     "compilation": (lambda v: v in ("on", "off"), "on or off"),
     "matrix": (lambda v: isinstance(v, dict), "an object"),

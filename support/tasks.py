@@ -18,6 +18,7 @@ COMMON_PARAMETERS = ("profile", "record_path")
 # ... and these, the variants the runner's matrix sets (--precision, --compilation, --batch-size; support.precision,
 # support.timing.sweep); a run that leaves them at their defaults is the baseline.
 VARIANT_PARAMETERS = {"precision": "fp32", "compilation": "auto", "batch_sizes": ""}
+DEVICES_DEFAULT = 1     # the `devices` of a task that trains on several (Task.parallel): 1 is its baseline
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,12 @@ class Task:
         return "images/s" if self.unit == "batch" else f"s/{self.unit}"
 
     @property
+    def parallel(self) -> bool:
+        """Whether its notebooks train on several devices: the `devices` parameter (support.params.devices),
+        which the runner's --devices sets; 1, the baseline, unless asked."""
+        return "devices" in self.parameters
+
+    @property
     def declared(self) -> tuple:
         """Every parameter each of its notebooks declares (a framework's variant parameter aside)."""
         return COMMON_PARAMETERS + self.parameters + tuple(VARIANT_PARAMETERS)
@@ -61,7 +68,7 @@ TASKS = {task.name: task for task in (
     Task("cnn_cifar10", "VGG-style CNN on CIFAR-10", "CNN", "epoch", "accuracy",
          parameters=("data", "parity"), parity=True, band=0.05),
     Task("densenet_chestxray", "DenseNet-121 on ChestX-ray14", "DenseNet-121", "epoch", "auc",
-         parameters=("data", "mode"), band=0.05,
+         parameters=("data", "mode", "devices"), band=0.05,
          band_profiles=("full",),     # the smaller profiles score 32 to 64 test images: too few for an AUC
          modes=("loader", "ram"), metric_modes=("loader",),
          sweep_modes=("ram",)),     # the sweep holds one batch in memory in either mode: run it once

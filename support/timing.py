@@ -224,8 +224,10 @@ def out_of_memory(err: BaseException) -> bool:
 def sweep(make_step: Callable[[int], Callable[[], object]], spec, *, budget_s: float, repeats: int = MIN_REPEATS,
           warmup: int = 2, sync: Callable[[], object] | None = None,
           clock: Callable[[], float] = time.perf_counter, available: Callable[[], int | None] = _available_memory,
-          peak: Callable[[], int | None] | None = None) -> dict | None:
+          peak: Callable[[], int | None] | None = None, devices: int = 1) -> dict | None:
     """The steady state at each batch size of `spec` (see `batch_sizes`); None where `spec` is empty.
+    On several `devices` (data parallelism) a size is the batch per device, like the tasks' `batch_size`:
+    `make_step(b)` steps on `b * devices` examples, and samples/s counts them all.
 
     `make_step(b)` puts a batch of `b` examples on the device and returns one step on it (a training step,
     or a forward pass); an out-of-memory error from it or from the step ends the sweep there. Each size gets
@@ -266,7 +268,7 @@ def sweep(make_step: Callable[[int], Callable[[], object]], spec, *, budget_s: f
             step = make_step(b)
             _, first_s = timed(step, sync=sync, clock=clock)
             start = clock()
-            steady = steady_state(step, steps=1, repeats=repeats, warmup=max(warmup - 1, 0), samples=b, sync=sync,
+            steady = steady_state(step, steps=1, repeats=repeats, warmup=max(warmup - 1, 0), samples=b * devices, sync=sync,
                                   clock=clock)
         except Exception as err:      # noqa: BLE001 (only out-of-memory errors are caught; others go on up)
             if not out_of_memory(err):
@@ -277,7 +279,7 @@ def sweep(make_step: Callable[[int], Callable[[], object]], spec, *, budget_s: f
             step = None               # frees the batch before the next, larger one
         rows.append({"batch_size": b, "samples_per_s": steady["samples_per_s"], "median_s": steady["median_s"],
                      "p95_s": steady["p95_s"], "cv": steady["cv"], "n": steady["n"], "first_s": first_s})
-        print(f"batch {b:>5}: {steady['samples_per_s']:10.1f} samples/s, median {1e3 * steady['median_s']:.4g} ms, "
+        print(f"batch {b:>5}{' per device' if devices > 1 else ''}: {steady['samples_per_s']:10.1f} samples/s, median {1e3 * steady['median_s']:.4g} ms, "
               f"p95 {1e3 * steady['p95_s']:.4g} ms per batch (first step {first_s:.3g} s)")
         last = (b, first_s, clock() - start, max((peak() or 0) - before, 0))
         if not queue and largest:
@@ -288,4 +290,4 @@ def sweep(make_step: Callable[[int], Callable[[], object]], spec, *, budget_s: f
     stopped = stopped or "every size asked for ran"
     print(f"sweep stopped: {stopped}")
     return {"sizes": rows, "stopped": stopped, "asked": ",".join(map(str, sizes)) + (",max" if largest else ""),
-            "budget_s": budget_s}
+            "budget_s": budget_s, **({"devices": devices} if devices > 1 else {})}
