@@ -885,9 +885,13 @@ def sweep_table(rows: list[dict]) -> str:
         by_size = {s["batch_size"]: s for s in r["sweep"]["sizes"]}
         cells = [f"{fmt(by_size[b]['samples_per_s'])} ({fmt_ms(by_size[b]['p95_s'])} ms)" if b in by_size else EMPTY
                  for b in sizes]
-        lines.append(table_line([line_name(r), cell(r["matrix"]), *cells, cell(r["sweep"]["stopped"])]))
+        probed = r["sweep"].get("probed")
+        stopped = r["sweep"]["stopped"] + (f" (probed {', '.join(map(str, probed))})" if probed else "")
+        lines.append(table_line([line_name(r), cell(r["matrix"]), *cells, cell(stopped)]))
     return (f"Each cell: samples/s at that batch size, and in brackets the 95th-percentile latency of one {unit} "
-            "(`support.timing.sweep`: untimed warm-up steps, then single timed steps).\n\n" + "\n".join(lines))
+            "(`support.timing.sweep`: untimed warm-up steps, then single timed steps). Before each size, its host "
+            "memory is bounded by the peak so far scaled by the batch; where that bound is too loose for a size "
+            "asked for, the sizes in between are probed with one untimed step each.\n\n" + "\n".join(lines))
 
 
 def device_rows(task_rows: list[dict]) -> list[tuple[dict, dict | None]]:

@@ -221,6 +221,21 @@ def out_of_memory(err: BaseException) -> bool:
                                           "resourceexhausted", "failed to allocate"))
 
 
+def memory_bound(b: int, largest_run: int, high: int) -> float:
+    """An upper bound on the host memory a process needs for batch b, from the largest batch it has run
+    (`largest_run`) and its peak so far (`high`, which that batch fitted in). A step's memory is a fixed part
+    plus a part per example, so it grows at most in proportion to the batch: b / largest_run times the peak.
+    A bound, not an estimate: the growth of the peak from one size to the next says nothing where the
+    process already held more (after training at a larger batch, or where the allocator keeps what was
+    freed), and scaling it let a sweep run into the kernel's OOM killer."""
+    return high * max(b / largest_run, 1.0) if largest_run else float(high)
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0][:200] if text else type(err).__name__
+
+
 def sweep(make_step: Callable[[int], Callable[[], object]], spec, *, budget_s: float, repeats: int = MIN_REPEATS,
           warmup: int = 2, sync: Callable[[], object] | None = None,
           clock: Callable[[], float] = time.perf_counter, available: Callable[[], int | None] = _available_memory,
@@ -237,8 +252,10 @@ def sweep(make_step: Callable[[int], Callable[[], object]], spec, *, budget_s: f
     ("max"): a doubled size runs only if the time it would take fits in what is left of the budget, the last
     size's first step again (a compiling framework traces and compiles each new shape, whatever its size)
     plus its timed steps scaled by the batch. Before every size after the first, on the host, its memory
-    (the last size's growth of the peak, scaled) must fit in what is free.
-    Returns {"sizes": [one row per size], "stopped": why the sweep ended, ...}.
+    must fit in what is free (see `memory_bound`); where the bound from the largest size so far is too
+    loose to allow a size asked for, the sweep first probes the doublings in between with one untimed step
+    each, and stops at the first that could not fit.
+    Returns {"sizes": [one row per size], "stopped": why the sweep ended, "probed": the probes' sizes, ...}.
     """
     sizes, largest = batch_sizes(spec)
     if not sizes:
@@ -246,8 +263,19 @@ def sweep(make_step: Callable[[int], Callable[[], object]], spec, *, budget_s: f
         return None
     if peak is None:
         from support.env import peak_host_memory as peak
-    rows, stopped, started = [], "", clock()
-    last = None     # the last size: (batch, its first step's seconds, its other steps' seconds, memory it added)
+    rows, probed, stopped, started = [], [], "", clock()
+    last = None     # the last size: (batch, its first step's seconds, its other steps' seconds)
+    largest_run = 0  # the largest batch run so far, timed or probed
+
+    def too_big(b):
+        """Why batch b might not fit in the host's free memory, or "" where it fits."""
+        free, high = available(), peak() or 0
+        extra = memory_bound(b, largest_run, high) - high
+        if free is None or extra <= 0.8 * free:
+            return ""
+        return (f"memory: batch {b} might need up to {extra / 2**30:.1f} GiB more than the process's peak of "
+                f"{high / 2**30:.1f} GiB, more than 80% of the {free / 2**30:.1f} GiB free")
+
     queue = list(sizes)
     while queue:
         b = queue.pop(0)
@@ -258,12 +286,23 @@ def sweep(make_step: Callable[[int], Callable[[], object]], spec, *, budget_s: f
                 stopped = (f"time budget: batch {b} would take about {needed:.0f} s, more than the "
                            f"{max(left, 0):.0f} s left of {budget_s:g} s")
                 break
-            free = available()
-            if free is not None and last[3] * scale > 0.8 * free:
-                stopped = (f"memory: batch {b} would need about {last[3] * scale / 2**30:.1f} GiB, more than "
-                           f"80% of the {free / 2**30:.1f} GiB free")
+            while too_big(b) and 2 * largest_run < b and not too_big(2 * largest_run):
+                probe = 2 * largest_run            # one untimed step, to tighten the bound for b
+                try:
+                    timed(make_step(probe), sync=sync, clock=clock)
+                except Exception as err:  # noqa: BLE001 (only out-of-memory errors are caught; others go on up)
+                    if not out_of_memory(err):
+                        raise
+                    stopped = f"out of memory at batch {probe} (probing for {b}): {_first_line(err)}"
+                    break
+                probed.append(probe)
+                largest_run = probe
+                print(f"batch {probe:>5}: probed (one untimed step) on the way to {b}")
+            if stopped:
                 break
-        before = peak() or 0
+            stopped = too_big(b)
+            if stopped:
+                break
         try:
             step = make_step(b)
             _, first_s = timed(step, sync=sync, clock=clock)
@@ -273,7 +312,7 @@ def sweep(make_step: Callable[[int], Callable[[], object]], spec, *, budget_s: f
         except Exception as err:      # noqa: BLE001 (only out-of-memory errors are caught; others go on up)
             if not out_of_memory(err):
                 raise
-            stopped = f"out of memory at batch {b}: {str(err).strip().splitlines()[0][:200] if str(err).strip() else type(err).__name__}"
+            stopped = f"out of memory at batch {b}: {_first_line(err)}"
             break
         finally:
             step = None               # frees the batch before the next, larger one
@@ -281,7 +320,8 @@ def sweep(make_step: Callable[[int], Callable[[], object]], spec, *, budget_s: f
                      "p95_s": steady["p95_s"], "cv": steady["cv"], "n": steady["n"], "first_s": first_s})
         print(f"batch {b:>5}{' per device' if devices > 1 else ''}: {steady['samples_per_s']:10.1f} samples/s, median {1e3 * steady['median_s']:.4g} ms, "
               f"p95 {1e3 * steady['p95_s']:.4g} ms per batch (first step {first_s:.3g} s)")
-        last = (b, first_s, clock() - start, max((peak() or 0) - before, 0))
+        last = (b, first_s, clock() - start)
+        largest_run = max(largest_run, b)
         if not queue and largest:
             if 2 * b > SWEEP_CAP:
                 stopped = f"reached {SWEEP_CAP}, the sweep's largest batch"
@@ -290,4 +330,4 @@ def sweep(make_step: Callable[[int], Callable[[], object]], spec, *, budget_s: f
     stopped = stopped or "every size asked for ran"
     print(f"sweep stopped: {stopped}")
     return {"sizes": rows, "stopped": stopped, "asked": ",".join(map(str, sizes)) + (",max" if largest else ""),
-            "budget_s": budget_s, **({"devices": devices} if devices > 1 else {})}
+            "budget_s": budget_s, **({"probed": probed} if probed else {}), **({"devices": devices} if devices > 1 else {})}

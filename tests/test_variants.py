@@ -162,6 +162,51 @@ def test_the_host_memory_guard_stops_before_a_batch_that_would_not_fit():
     assert result["sizes"][-1]["batch_size"] <= 1024
 
 
+class Process:
+    """A fake process's host memory: a step at batch b needs `base + per_example * b`; the peak keeps the most it
+    ever held, starting from `held` (what training at a larger batch left it holding); going past `total` is the
+    kernel's OOM killer."""
+    def __init__(self, base, per_example, held, total):
+        self.base, self.per_example, self.high, self.total = base, per_example, held, total
+
+    def make_step(self, clock):
+        def make(b):
+            def step():
+                need = self.base + self.per_example * b
+                assert need <= self.total, f"killed by the OOM killer at batch {b}"
+                self.high = max(self.high, need)
+                clock.now += 1e-3 * b
+            return step
+        return make
+
+
+GiB = 2 ** 30
+
+
+@pytest.mark.parametrize("total, ran, probed, stopped", [
+    # DenseNet-121 on Keras's torch backend: training at batch 8 left the peak at need(8), so batch 1 grows it
+    # by nothing, and scaling that growth to 64 predicted 0; 64 needs 26 GiB of a 24 GiB machine
+    (24 * GiB, [1], [2, 4, 8, 16, 32], "memory: batch 64 might need up to 14.0 GiB more than the process's peak"),
+    # on a smaller machine the probes stop where the next doubling could not fit
+    (16 * GiB, [1], [2, 4, 8, 16], "memory: batch 64 might need up to 24.0 GiB"),
+    # on a larger machine the probes stop as soon as the bound lets 64 run
+    (64 * GiB, [1, 64], [2, 4, 8], "every size asked for ran"),
+])
+def test_the_memory_guard_bounds_a_batch_by_the_largest_run_so_far_and_probes_on_the_way(total, ran, probed,
+                                                                                        stopped):
+    clock, process = Clock(), Process(base=2 * GiB, per_example=0.375 * GiB, held=5 * GiB, total=total)
+    result = timing.sweep(process.make_step(clock), "1,64", budget_s=1e9, clock=clock,
+                          available=lambda: process.total - process.high, peak=lambda: process.high)
+    assert [row["batch_size"] for row in result["sizes"]] == ran
+    assert result.get("probed", []) == probed and result["stopped"].startswith(stopped)
+
+
+def test_the_memory_bound_grows_with_the_batch_from_the_largest_run():
+    assert timing.memory_bound(64, 32, 10 * GiB) == 20 * GiB
+    assert timing.memory_bound(8, 16, 10 * GiB) == 10 * GiB        # a smaller batch fits in the peak
+    assert timing.memory_bound(8, 0, 3 * GiB) == 3 * GiB
+
+
 def test_the_sweep_stops_at_its_cap(monkeypatch):
     monkeypatch.setattr(timing, "SWEEP_CAP", 8)
     clock = Clock()
@@ -286,7 +331,7 @@ def test_the_variant_table_shows_speed_ups_over_each_lines_baseline_and_the_read
     folder.mkdir(parents=True)
     sweep = {"sizes": [{"batch_size": b, "samples_per_s": 100.0 * b, "median_s": 0.01, "p95_s": 0.012, "cv": 0.01,
                         "n": 7, "first_s": 0.1} for b in (1, 64)], "stopped": "time budget: batch 128 would take",
-             "asked": "1,64,max", "budget_s": 10}
+             "asked": "1,64,max", "budget_s": 10, "probed": [2, 4]}
     rows = [fake_record("pytorch", "", {}, 1000.0), fake_record("pytorch", "bf16", {"precision": "bf16"}, 1500.0),
             fake_record("tensorflow", "", {}, 800.0, value=0.81),
             fake_record("tensorflow", "bf16", {"precision": "bf16"}, 400.0, value=0.2),
@@ -301,7 +346,7 @@ def test_the_variant_table_shows_speed_ups_over_each_lines_baseline_and_the_read
     markdown = (tmp_path / "box" / "results.md").read_text()
     assert "| pytorch | bf16 | bf16 | no | ok | 21.3 | 1,500 | 1.50x | 0.800 |" in markdown
     assert "| tensorflow | bf16 | bf16 | no | ok | 80† | 400† | 0.50x | 0.200 **outside band** |" in markdown
-    assert "| pytorch | sweep | 100 (12 ms) | 6,400 (12 ms) | time budget: batch 128 would take |" in markdown
+    assert "| pytorch | sweep | 100 (12 ms) | 6,400 (12 ms) | time budget: batch 128 would take (probed 2, 4) |" in markdown
     assert (tmp_path / "box" / "plots" / "tiny" / "cnn_cifar10-variants.png").exists()
     assert (tmp_path / "box" / "plots" / "tiny" / "cnn_cifar10-batch.png").exists()
     sweeps = (tmp_path / "box" / "sweeps.csv").read_text().splitlines()
