@@ -202,10 +202,11 @@ def test_a_task_without_results_still_shows_its_notebooks(tmp_path):
 
 
 # The concordance's rows: every concept a task's notebooks must tag (mixed precision comes with the
-# precision variants). ResNet-50 extracts features: nothing is trained, saved or restored.
+# precision variants; data parallelism with DenseNet-121's devices). ResNet-50 extracts features: nothing is trained, saved or restored.
 TRAINING_CONCEPTS = ["model", "device", "loss", "gradient", "optimizer-step", "train-mode", "eval-mode", "no-grad",
                      "mixed-precision", "compile", "save", "load", "export"]
-CONCEPTS = {"cnn_cifar10": TRAINING_CONCEPTS, "gru_imdb": TRAINING_CONCEPTS, "densenet_chestxray": TRAINING_CONCEPTS,
+CONCEPTS = {"cnn_cifar10": TRAINING_CONCEPTS, "gru_imdb": TRAINING_CONCEPTS,
+            "densenet_chestxray": [*TRAINING_CONCEPTS[:10], "data-parallel", *TRAINING_CONCEPTS[10:]],   # several devices
             "resnet50_features": ["model", "device", "eval-mode", "no-grad", "mixed-precision", "compile", "export"]}
 
 
