@@ -835,6 +835,11 @@ def line_name(r: dict) -> str:
     return cell(r["framework"] + (f" ({r['line']})" if r["line"] else ""))
 
 
+def status_cell(r: dict) -> str:
+    """A variant's status: ok, or the status and the start of its reason (an unsupported combination's, say)."""
+    return r["status"] if r["status"] == "ok" else f"**{r['status'].replace('_', ' ')}**: {cell((r['error'] or '')[:200])}"
+
+
 def variant_table(rows: list[dict]) -> str:
     """One task's variant matrix: each framework line's baseline, then its variants (bf16, compiled, eager),
     with the speed-up of the compute throughput over the baseline, the metric, the compilation and parity."""
@@ -845,8 +850,7 @@ def variant_table(rows: list[dict]) -> str:
         ("variant", False, lambda r: cell(r["matrix"] or "baseline")),
         ("precision", False, lambda r: cell(r["precision"] or EMPTY)),
         ("compiled", False, lambda r: {"on": "yes", "off": "no"}.get(r["compilation"], EMPTY)),
-        ("status", False, lambda r: r["status"] if r["status"] == "ok"
-         else f"**{r['status'].replace('_', ' ')}**: {cell((r['error'] or '')[:200])}"),
+        ("status", False, status_cell),
         (f"{step} ms", True, lambda r: timed_cell(r, fmt_ms(r["step_median_s"])) if r["timed"] else "not timed"),
         ("images/s" if step == "batch" else "compute samples/s", True,
          lambda r: timed_cell(r, fmt(r["compute_samples_per_s"]))),
@@ -926,8 +930,7 @@ def devices_table(pairs: list[tuple[dict, dict | None]]) -> str:
         ("mode", False, lambda r, o: cell(split_variant(dict(r, variant=r["line"]))[1] or EMPTY)),
         ("devices", True, lambda r, o: str(r["devices"])),
         ("global batch", True, lambda r, o: fmt(r["global_batch"])),
-        ("status", False, lambda r, o: r["status"] if r["status"] == "ok"
-         else f"**{r['status'].replace('_', ' ')}**: {cell((r['error'] or '')[:200])}"),
+        ("status", False, lambda r, o: status_cell(r)),
         ("s/epoch, 1 device", True, lambda r, o: EMPTY if o is None else timed_cell(o, fmt(o["median_s"]))),
         ("s/epoch", True, lambda r, o: timed_cell(r, fmt(r["median_s"]))),
         ("speed-up", True, lambda r, o: EMPTY if scaling(r, o)[0] is None else f"{scaling(r, o)[0]:.2f}x"),

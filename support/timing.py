@@ -286,7 +286,8 @@ def sweep(make_step: Callable[[int], Callable[[], object]], spec, *, budget_s: f
                 stopped = (f"time budget: batch {b} would take about {needed:.0f} s, more than the "
                            f"{max(left, 0):.0f} s left of {budget_s:g} s")
                 break
-            while too_big(b) and 2 * largest_run < b and not too_big(2 * largest_run):
+            stopped = too_big(b)
+            while stopped and 2 * largest_run < b and not too_big(2 * largest_run):
                 probe = 2 * largest_run            # one untimed step, to tighten the bound for b
                 try:
                     timed(make_step(probe), sync=sync, clock=clock)
@@ -298,9 +299,7 @@ def sweep(make_step: Callable[[int], Callable[[], object]], spec, *, budget_s: f
                 probed.append(probe)
                 largest_run = probe
                 print(f"batch {probe:>5}: probed (one untimed step) on the way to {b}")
-            if stopped:
-                break
-            stopped = too_big(b)
+                stopped = too_big(b)
             if stopped:
                 break
         try:
