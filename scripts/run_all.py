@@ -403,15 +403,19 @@ def kill_tree(pid: int) -> None:
 
 
 def notebook_error(executed: Path, log: Path) -> str:
-    """The exception a notebook stopped on ('ValueError: ... (cell 7)'), else the log's last words."""
-    try:
-        cells = json.loads(executed.read_text())["cells"]
-        for i, cell in enumerate(cells):
-            for out in cell.get("outputs", []):
-                if out.get("output_type") == "error":
-                    return f"{out['ename']}: {out['evalue']} (cell {i})"
-    except (OSError, ValueError, KeyError):
-        pass
+    """The exception a notebook stopped on ('ValueError: ... (cell 7)'), else the log's last words. Run once per
+    device (suite.PROCESS_PER_DEVICE), rank 0's notebook first, then the other ranks' (papermill_rank.py names them)."""
+    ranks = sorted(executed.parent.glob(f"{executed.stem}.rank*{executed.suffix}"))
+    for path in [executed, *ranks]:
+        try:
+            cells = json.loads(path.read_text())["cells"]
+            for i, cell in enumerate(cells):
+                for out in cell.get("outputs", []):
+                    if out.get("output_type") == "error":
+                        rank = "" if path == executed else f", {path.stem.rsplit('.', 1)[-1].replace('rank', 'rank ')}"
+                        return f"{out['ename']}: {out['evalue']} (cell {i}{rank})"
+        except (OSError, ValueError, KeyError):
+            pass
     lines = [line.strip() for line in log.read_text(errors="replace").splitlines() if line.strip()] if log.exists() else []
     errors = [line for line in lines if "Error" in line or "died" in line]
     return (errors or lines or ["papermill failed without output"])[-1][:500]
@@ -486,6 +490,13 @@ def execute(job: Job, args, parameters: dict, executed: Path, log: Path, active:
     cmd = [sys.executable, "-m", "papermill", str(job.notebook), str(executed), "--kernel",
            suite.kernel_name(job.environment), "--cwd", str(job.notebook.parent),
            "--parameters_yaml", json.dumps(parameters), "--log-output", "--no-progress-bar"]
+    devices = parameters.get("devices", tasks.DEVICES_DEFAULT)
+    if job.framework in suite.PROCESS_PER_DEVICE and devices > 1:
+        # a papermill (and kernel) per device, each a rank of torchrun's; --standalone: a free port on this host;
+        # --tee: each rank's output reaches the log line by line, behind its rank
+        cmd = [str(suite.venv_python(job.environment)), "-m", "torch.distributed.run", "--standalone",
+               f"--nproc-per-node={devices}", "--tee=3", f"--log-dir={executed.parent / 'ranks'}",
+               "--log-line-prefix-template=[rank${rank}] ", str(suite.ROOT / "scripts" / "papermill_rank.py"), *cmd[3:]]
     timeout = args.timeout or DEFAULT_TIMEOUT[job.profile]
     with open(log, "w") as log_file:
         # Its own session: a terminal's Ctrl-C reaches the runner alone, which stops the kernels itself

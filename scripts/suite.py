@@ -38,6 +38,11 @@ FRAMEWORKS = {
     "chainer": "legacy",
 }
 
+# Frameworks whose data parallelism is one process per device, each running the whole notebook (PyTorch's
+# DistributedDataParallel): with `devices` above 1 the runner starts the notebook once per device under torchrun,
+# which tells each process its rank, as PyTorch launches any DDP program (scripts/papermill_rank.py).
+PROCESS_PER_DEVICE = {"pytorch"}
+
 TASKS = tasks.NAMES
 PROFILES = tasks.PROFILES
 

@@ -1,13 +1,20 @@
 """Data parallelism's shared pieces (issue 16): the `devices` parameter (support.params.devices), the one-step
-check against one device (support.parity.data_parallel), the runner's --devices and the several-devices table.
+check against one device (support.parity.data_parallel), the runner's --devices, its launch of a process per
+device under torchrun (PyTorch), and the several-devices table.
 Faults injected: a bad device count, more devices than the machine has, parameters that differ in name or shape,
-a step that averages the gradients wrongly. The notebooks themselves: tests/test_notebook_devices.py."""
+a step that averages the gradients wrongly, one rank of several failing. The notebooks themselves:
+tests/test_notebook_devices.py."""
 import json
+import re
+import types
 
 import numpy as np
 import pytest
 
-from scripts import report, run_all
+import nbformat
+from nbformat.v4 import new_code_cell, new_notebook
+
+from scripts import papermill_rank, report, run_all, suite
 from support import params, parity, records, timing
 from tests.test_variants import Clock, fake_steps, planned
 
@@ -121,6 +128,41 @@ def test_the_machine_has_a_cpu_device_per_core_without_nvidia_smi(monkeypatch):
     monkeypatch.setenv("PATH", "/nonexistent")
     monkeypatch.setattr("os.cpu_count", lambda: 3)
     assert run_all.machine_devices() == (3, "3 CPU cores and no GPU")
+
+
+# --- a process per device: torchrun starts the notebook once per rank ------------------------------------
+
+def test_each_rank_writes_its_own_executed_notebook():
+    assert papermill_rank.rank_output("/s/pytorch-ram-2dev.ipynb", 0) == "/s/pytorch-ram-2dev.ipynb"
+    assert papermill_rank.rank_output("/s/pytorch-ram-2dev.ipynb", 3) == "/s/pytorch-ram-2dev.rank3.ipynb"
+
+
+def test_a_process_per_device_notebook_runs_once_per_rank_and_a_failing_ranks_error_names_it(tmp_path):
+    """The runner's launch for suite.PROCESS_PER_DEVICE (PyTorch) with devices=2, on a notebook in PyTorch's kernel:
+    torchrun starts it twice, each process sees its rank, the log tells the ranks apart, and the error of the rank
+    that failed (rank 1 here; rank 0 finished) is the run's, naming the rank."""
+    assert "pytorch" in suite.PROCESS_PER_DEVICE
+    notebook = tmp_path / "pytorch.ipynb"
+    cells = [new_code_cell("devices = 1"),
+             new_code_cell("import os\n"
+                           "rank, world = int(os.environ['RANK']), int(os.environ['WORLD_SIZE'])\n"
+                           f"open(f'{tmp_path}/rank{{rank}}-of-{{world}}-devices-{{devices}}', 'w').close()"),
+             new_code_cell("if rank == 1:\n    raise ValueError('rank 1 fails alone')")]
+    cells[0].metadata["tags"] = ["parameters"]
+    kernel = {"name": suite.kernel_name("modern"), "display_name": "modern", "language": "python"}
+    nbformat.write(new_notebook(cells=cells, metadata={"kernelspec": kernel, "language_info": {"name": "python"}}),
+                   notebook)
+    job = run_all.Job("densenet_chestxray", "pytorch", {}, notebook, matrix={"devices": 2}, profile="tiny")
+    staging = tmp_path / "staging"
+    staging.mkdir()
+    executed, log = staging / "pytorch-2dev.ipynb", staging / "pytorch-2dev.log"
+    status, error = run_all.execute(job, types.SimpleNamespace(timeout=300, jobs=1), {"devices": 2}, executed, log,
+                                    run_all.Active())
+    assert sorted(f.name for f in tmp_path.glob("rank*")) == ["rank0-of-2-devices-2", "rank1-of-2-devices-2"]
+    assert status == "failed" and re.fullmatch(r"ValueError: rank 1 fails alone \(cell \d+, rank 1\)", error), error
+    assert executed.exists() and (staging / "pytorch-2dev.rank1.ipynb").exists()
+    lines = log.read_text().splitlines()
+    assert any(line.startswith("[rank0] ") for line in lines) and any(line.startswith("[rank1] ") for line in lines)
 
 
 # --- the several-devices table -------------------------------------------------------------------------

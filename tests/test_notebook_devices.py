@@ -4,12 +4,14 @@ device, and one plain SGD step on the 2 devices equals the same step on one devi
 (support.parity.data_parallel: from the same weights, on the same global batch; batch norm per device or global
 as the framework does it; 1e-2 of the largest update, since summing in another order moves it by up to 3e-3).
 A framework line that cannot train on several devices is recorded `unsupported` with its reason, never run on
-one device instead. Both modes: the loader splits its batches across the devices too."""
+one device instead. Both modes: the loader splits its batches across the devices too. PyTorch's ranks are processes
+that torchrun starts, each running the notebook (scripts/papermill_rank.py); the notebook run on several devices
+without them stops in one line saying how to start them."""
 import json
 
 import pytest
 
-from scripts import run_all
+from scripts import run_all, suite
 from support import params, parity, records
 from tests.test_runner import fake_calibrate
 
@@ -71,3 +73,19 @@ def test_one_step_on_two_devices_equals_one_step_on_one(runs, framework):
             assert check["max_update"] > 0 and check["tolerance"] == parity.DATA_PARALLEL_TOLERANCE, where
             assert check["max_rel_error"] < check["tolerance"], (where, check)
             assert 0 <= r["metrics"]["auc"] <= 1, where
+
+
+def test_pytorch_on_several_devices_in_one_process_stops_in_one_line_saying_how_to_start_the_ranks(tmp_path, monkeypatch):
+    """The notebook in Jupyter (no torchrun) with devices=2: a ValueError before any data or model, naming the fix."""
+    import papermill
+
+    monkeypatch.delenv("TORCHELASTIC_RUN_ID", raising=False)      # whatever launched these tests
+    notebook = suite.notebook_path("densenet_chestxray", "pytorch")
+    with pytest.raises(papermill.PapermillExecutionError) as stop:
+        papermill.execute_notebook(str(notebook), str(tmp_path / "out.ipynb"), kernel_name=suite.kernel_name("modern"),
+                                   parameters={"profile": "tiny", "data": "synthetic", "devices": 2},
+                                   cwd=str(notebook.parent), progress_bar=False)
+    assert stop.value.ename == "ValueError"
+    assert stop.value.evalue == ("devices=2 trains on 2 devices, one process each, but 1 was started: start them with "
+                                 "torchrun, as `make run ARGS=\"--task densenet_chestxray --framework pytorch --devices "
+                                 "2\"` does")
