@@ -836,8 +836,14 @@ def line_name(r: dict) -> str:
 
 
 def status_cell(r: dict) -> str:
-    """A variant's status: ok, or the status and the start of its reason (an unsupported combination's, say)."""
-    return r["status"] if r["status"] == "ok" else f"**{r['status'].replace('_', ' ')}**: {cell((r['error'] or '')[:200])}"
+    """A variant's status: ok, or the status and the start of its reason (an unsupported combination's, say), cut
+    after a whole word (the record holds it whole)."""
+    if r["status"] == "ok":
+        return "ok"
+    reason = " ".join((r["error"] or "").split())
+    if len(reason) > 200:
+        reason = reason[:200].rsplit(" ", 1)[0] + " …"
+    return f"**{r['status'].replace('_', ' ')}**: {cell(reason)}"
 
 
 def variant_table(rows: list[dict]) -> str:

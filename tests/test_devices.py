@@ -192,7 +192,8 @@ def test_the_devices_table_gives_speed_up_efficiency_and_the_check_and_leaves_th
             fake_densenet("jax", "ram-2dev", 2, epoch_s=8.0, step_s=1.6, data_parallel=check),
             fake_densenet("keras", "jax-loader", 1), fake_densenet("keras", "jax-loader-2dev", 2, epoch_s=5.0),
             fake_densenet("keras", "torch-ram-2dev", 2, status="unsupported", error="Keras 3.15's torch backend has "
-                          "no distribution API")]
+                          "no distribution API"),
+            fake_densenet("keras", "torch-loader-2dev", 2, status="unsupported", error="a reason " * 30)]
     for r in rows:
         (folder / f"densenet_chestxray__{r['framework']}__{r['variant']}.json").write_text(json.dumps(r))
     report.build(tmp_path / "box", None)
@@ -203,6 +204,7 @@ def test_the_devices_table_gives_speed_up_efficiency_and_the_check_and_leaves_th
     assert "| keras (jax) | loader | 2 | 8 | ok | 10 | 5 | 2.00x | 100% | 4 | 8 | — |" in markdown
     assert "| keras (torch) | ram | 2 | 8 | **unsupported**: Keras 3.15's torch backend has no distribution API |" \
         in markdown
+    assert f"| keras (torch) | loader | 2 | 8 | **unsupported**: {'a reason ' * 22}a … |" in markdown   # a whole word
     assert "## Variants: DenseNet-121" not in markdown       # runs on several devices have their own table
     csv = (tmp_path / "box" / "results.csv").read_text().splitlines()
     assert "devices" in csv[0].split(",") and "data_parallel_error" in csv[0].split(",")
