@@ -40,6 +40,7 @@ def project_environment() -> dict:
         "MPLCONFIGDIR": str(cache / "matplotlib"),
         "IPYTHONDIR": str(cache / "ipython"),
         "JUPYTER_RUNTIME_DIR": str(cache / "jupyter-runtime"),
+        "XDG_CACHE_HOME": str(cache / "xdg"),        # what libraries keep in ~/.cache (onnxruntime's device id)
         "MXNET_HOME": str(cache / "mxnet"),
         "CHAINER_DATASET_ROOT": str(cache / "chainer"),
         "TF_CPP_MIN_LOG_LEVEL": "2",

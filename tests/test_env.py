@@ -97,3 +97,21 @@ def test_describe_reads_the_framework_from_its_module_and_names_an_unknown_one()
         assert "sklearn" in str(err) and "torch" in str(err)
     else:
         raise AssertionError("an unknown framework module was accepted")
+
+
+def test_a_kernels_libraries_leave_nothing_in_the_home_folder(tmp_path):
+    """With the project's environment (what the runner gives every kernel, and `import support` sets), onnxruntime,
+    which every training notebook runs, writes its device id under the project's cache, not ~/.cache."""
+    home = tmp_path / "home"
+    home.mkdir()
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("XDG_")}     # the user's own, if any
+    environment.update(env.project_environment(), HOME=str(home))
+    code = ("import numpy as np, onnxruntime as ort; from onnx import TensorProto, helper as h\n"
+            "graph = h.make_graph([h.make_node('Relu', ['x'], ['y'])], 'g', [h.make_tensor_value_info('x', TensorProto.FLOAT, [1])],"
+            " [h.make_tensor_value_info('y', TensorProto.FLOAT, [1])])\n"
+            "model = h.make_model(graph, opset_imports=[h.make_opsetid('', 17)], ir_version=8)\n"
+            "session = ort.InferenceSession(model.SerializeToString(), providers=['CPUExecutionProvider'])\n"
+            "print(session.run(None, {'x': np.ones(1, np.float32)})[0])")
+    done = subprocess.run([sys.executable, "-c", code], env=environment, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert list(home.rglob("*")) == []

@@ -61,14 +61,17 @@ def screenshots(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def browser():
+def browser(tmp_path_factory):
     reason = ensure_chromium()
     if reason:
         pytest.skip(reason)
     from playwright.sync_api import sync_playwright
 
+    # chromium keeps settings and caches under ~/.config and ~/.cache: the test's own folders instead
+    home = tmp_path_factory.mktemp("browser-home")
+    env = {**os.environ, "XDG_CONFIG_HOME": str(home / "config"), "XDG_CACHE_HOME": str(home / "cache")}
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS)
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS, env=env)
         yield browser
         browser.close()
 
