@@ -152,6 +152,9 @@ def _validate_benchmark(record: dict) -> None:
             raise RecordError(f"steps.n is {record['steps']['n']}: the steady state needs several repeats")
         if not _number(record["steps"].get("samples_per_s")):
             raise RecordError("steps.samples_per_s is not a number: pass samples= (the global batch)")
+        for key in ("loss_first", "loss_last"):       # the loss on the steady state's batch (timing.learned)
+            if key in record["steps"]:
+                _expect(f"steps.{key}", record["steps"][key], _number(record["steps"][key]), "a finite number")
     if task.metric and not math.isclose(record["curve"][-1], record["metrics"][task.metric], rel_tol=1e-6,
                                         abs_tol=1e-9):
         raise RecordError(f"curve ends at {record['curve'][-1]!r}, not at the final {task.metric} "

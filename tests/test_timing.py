@@ -113,6 +113,51 @@ def test_steady_state_refuses_zero_steps_or_repeats():
         timing.steady_state(lambda: None, steps=0)
 
 
+def test_steady_state_reads_the_first_and_last_steps_loss_outside_the_timed_laps():
+    events, losses = [], iter([3.0, 2.9, 2.8, 2.7, 2.6, 2.5, 2.4, 2.3, 2.2])
+    s = timing.steady_state(lambda: events.append("step") or next(losses), steps=1, repeats=7, warmup=2,
+                            sync=lambda: events.append("sync"), loss=lambda out: events.append(f"loss {out}") or out)
+    assert events[:2] == ["step", "loss 3.0"] and events[-2:] == ["sync", "loss 2.2"]   # after the last lap closed
+    assert (s["loss_first"], s["loss_last"]) == (3.0, 2.2)
+    with pytest.raises(ValueError, match="warmup >= 1 with loss="):
+        timing.steady_state(lambda: 1.0, steps=1, warmup=0, loss=float)
+
+
+def steady_state_of_a_small_cnn(fault: str = "") -> dict:
+    """The tiny profile's steady state (1 warm-up step, then 7 repeats of 2) of a dropout CNN with SGD on one
+    fixed batch, as the notebooks run it; `fault`: "zero gradients" or "no optimizer step"."""
+    import torch
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(), torch.nn.Dropout(0.25),
+                                torch.nn.Flatten(), torch.nn.Linear(8 * 8 * 8, 10))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    x, y = torch.randn(32, 3, 8, 8), torch.randint(0, 10, (32,))
+
+    def step():
+        optimizer.zero_grad()
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        if fault == "zero gradients":
+            for p in model.parameters():
+                p.grad.zero_()
+        if fault != "no optimizer step":
+            optimizer.step()
+        return loss
+    return timing.steady_state(step, steps=2, repeats=7, warmup=1, loss=torch.Tensor.item)
+
+
+def test_the_learning_rule_passes_a_model_that_fits_its_batch_and_fails_one_that_cannot_learn():
+    ok, why = timing.learned(steady_state_of_a_small_cnn())
+    assert ok, why
+    for fault in ("zero gradients", "no optimizer step"):
+        ok, why = timing.learned(steady_state_of_a_small_cnn(fault))
+        assert not ok and why.endswith(f"not the {100 * timing.LEARNING_MARGIN:.0f}% that learning needs"), (fault, why)
+    assert timing.learned({"warmup_steps": 1, "n": 7, "steps_per_repeat": 2}) == (
+        False, "no loss recorded: pass loss= to timing.steady_state")
+    assert not timing.learned({"warmup_steps": 1, "n": 7, "steps_per_repeat": 2, "loss_first": 2.3,
+                               "loss_last": float("nan")})[0]
+
+
 def test_timed_returns_the_result_and_its_time_with_sync_at_both_ends():
     events = []
     result, seconds = timing.timed(lambda: events.append("work") or 42, sync=lambda: events.append("sync"),
