@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import fcntl
+import fnmatch
 import hashlib
 import json
 import os
@@ -151,6 +152,10 @@ def parse_args(argv=None):
                         "for the tasks whose notebooks take `devices` (DenseNet-121); each count is a run of its own. "
                         "Capped at this machine's GPUs, or without one at its cores: CPU devices share the cores, "
                         "so there they prove the data-parallel code right, not faster")
+    p.add_argument("--only", action="append", metavar="KEYS",
+                   help="of the notebook runs planned, only those whose key (task__framework__variant, the record's "
+                        "name) matches one of these shell patterns, comma-separated, e.g. "
+                        "'gru_imdb__*,cnn_cifar10__pytorch__bf16'; a pattern that matches no planned run is an error")
     p.add_argument("--resume", action="store_true",
                    help="skip notebooks whose ok record was made from the same inputs (notebook, support/, pins, "
                         "parameters, hardware); rerun the others, saying why")
@@ -177,6 +182,7 @@ def parse_args(argv=None):
     if args.jobs < 1:
         p.exit(2, f"run_all.py: --jobs {args.jobs}: give 1 or more notebooks at a time\n")
     args.data = parse_data(args.data, p)
+    args.only = [pattern for value in args.only or [] for pattern in value.split(",") if pattern]
     # Without the flag, the matrix is the baseline alone (split_names' own default would be every value).
     args.precisions = split_names(args.precision or [tasks.VARIANT_PARAMETERS["precision"]], precision.PRECISIONS,
                                   "precision", p)
@@ -257,7 +263,8 @@ def matrices(args, task: str, framework: str, run: dict) -> list[dict]:
 
 def plan(args) -> list[Job]:
     """Every (task, framework, variant) asked for whose notebook exists, in table order; each notebook
-    variant once per entry of the variant matrix (only the baseline when none is asked for)."""
+    variant once per entry of the variant matrix (only the baseline when none is asked for); with --only,
+    those whose key matches one of its patterns (a ValueError names a pattern that matches none)."""
     jobs = []
     for task in args.tasks:
         for framework in args.frameworks:
@@ -265,7 +272,14 @@ def plan(args) -> list[Job]:
             if notebook.exists():
                 jobs += [Job(task, framework, run, notebook, matrix=matrix, data=args.data.get(task))
                          for run in suite.variants(task, framework) for matrix in matrices(args, task, framework, run)]
-    return jobs
+    if not args.only:
+        return jobs
+    unmatched = [pattern for pattern in args.only if not any(fnmatch.fnmatchcase(job.key, pattern) for job in jobs)]
+    if unmatched:
+        raise ValueError(f"--only {unmatched[0]}: no planned notebook run has a key that matches it (--list shows "
+                         f"the keys); add the --task, --framework, --precision, --compilation, --devices or "
+                         f"--batch-size that plan it")
+    return [job for job in jobs if any(fnmatch.fnmatchcase(job.key, pattern) for pattern in args.only)]
 
 
 # --- which profile each notebook runs -----------------------------------------------------------
@@ -654,7 +668,11 @@ def sigterm_as_interrupt():
 def main(argv=None) -> int:
     args = parse_args(argv)
     out = args.results / args.machine
-    jobs = plan(args)
+    try:
+        jobs = plan(args)
+    except ValueError as err:
+        print(f"run_all.py: {err}", file=sys.stderr)
+        return 2
     if args.list or not args.report_only:
         for line in resolve_profiles(jobs, args):
             print(line)
@@ -664,7 +682,8 @@ def main(argv=None) -> int:
               f"{args.jobs} at a time{' (not timed)' if args.jobs > 1 else ''}, results in {out}")
     if args.list:
         for job in jobs:
-            print(f"  {job.title} [{job.profile}]: {job.notebook} in kernel {suite.kernel_name(job.environment)}")
+            print(f"  {job.title} [{job.profile}]: {job.key}, {suite.shown(job.notebook)} in kernel "
+                  f"{suite.kernel_name(job.environment)}")
         return 0
     try:
         with results_lock(out, args.argv):
@@ -679,7 +698,16 @@ def main(argv=None) -> int:
 def calibrate(gpu: bool) -> dict | None:
     """scripts/calibrate.py in the modern environment, in a process of its own (its threads and memory
     leave with it): peak float32 matmul GFLOP/s per device, the harness overhead, the load average.
-    None, with one line saying why, where it cannot run: the rows then show no MFU."""
+    None, with one line saying why, where it cannot run: the rows then show no MFU. $DLROSETTA_CALIBRATION
+    names a file holding a measurement made before (calibrate.py's output), used instead: the runner's
+    tests, which need a figure but not this machine's."""
+    recorded = os.environ.get("DLROSETTA_CALIBRATION")
+    if recorded:
+        try:
+            return json.loads(Path(recorded).read_text())
+        except (OSError, ValueError) as err:
+            print(f"machine calibration failed (DLROSETTA_CALIBRATION={recorded}: {err}); this run's rows get no MFU")
+            return None
     python = suite.venv_python("modern")
     command = [str(python if python.exists() else sys.executable), str(suite.ROOT / "scripts" / "calibrate.py")]
     try:

@@ -32,6 +32,7 @@ BODIES = {
     ("densenet_chestxray", "pytorch"): "import os\nos._exit(1)",
 }
 METRICS = {name: task.metric or "images_per_s" for name, task in tasks.TASKS.items()}
+TOY_TIMEOUT = 10      # seconds a toy notebook may run: a kernel starts and imports numpy in 2 to 3
 DECLARED = "profile = 'auto'\ndata = 'auto'\nrecord_path = None\nmode = 'loader'"
 
 
@@ -41,10 +42,23 @@ CALIBRATIONS = []
 REAL_CALIBRATE = run_all.calibrate
 
 
+RECORDED = {"peaks": PEAKS, "harness_overhead_s": 1e-6, "load": [0.5, 0.4, 0.3], "date": "now"}
+
+
 def fake_calibrate(gpu):
     """The machine's measurement, without spending seconds of matmuls in every runner test."""
     CALIBRATIONS.append(gpu)
-    return {"peaks": PEAKS, "harness_overhead_s": 1e-6, "load": [0.5, 0.4, 0.3], "date": "now"}
+    return RECORDED
+
+
+@pytest.fixture(scope="module", autouse=True)
+def recorded_calibration(tmp_path_factory):
+    """The runners these tests start as processes read the same recorded measurement (DLROSETTA_CALIBRATION)."""
+    path = tmp_path_factory.mktemp("calibration") / "calibration.json"
+    path.write_text(json.dumps(RECORDED))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("DLROSETTA_CALIBRATION", str(path))
+        yield path
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -76,7 +90,7 @@ def suite_run(tmp_path_factory):
     readme = tmp / "README.md"
     readme.write_text("# x\n\n<!-- results:start -->\nold\n<!-- results:end -->\n\nafter\n")
     code = run_all.main(["--notebooks", str(tmp / "notebooks"), "--results", str(tmp / "results"),
-                         "--machine", "testbox", "--profile", "tiny", "--timeout", "30", "--readme", str(readme)])
+                         "--machine", "testbox", "--profile", "tiny", "--timeout", str(TOY_TIMEOUT), "--readme", str(readme)])
     return tmp, tmp / "results" / "testbox", code
 
 
@@ -103,7 +117,25 @@ def test_the_run_measures_the_machine_before_and_after_and_records_name_it(suite
     assert record(out, "gru_imdb__pytorch")["run"] == meta["run"] == run.stem
 
 
+def test_the_machine_calibration_runs_and_measures_a_peak(monkeypatch):
+    """The one real calibration of the suite (scripts/calibrate.py in its own process); the runner's other
+    tests read a recorded one."""
+    monkeypatch.delenv("DLROSETTA_CALIBRATION")
+    measured = REAL_CALIBRATE(False)
+    assert measured["peaks"]["cpu/float32"]["gflops"] > 0 and 0 < measured["harness_overhead_s"] < 1e-3
+    assert len(measured["load"]) == 3
+
+
+def test_a_recorded_calibration_that_cannot_be_read_is_one_line(monkeypatch, tmp_path, capsys):
+    monkeypatch.setenv("DLROSETTA_CALIBRATION", str(tmp_path / "none.json"))
+    assert REAL_CALIBRATE(False) is None
+    (line,) = capsys.readouterr().out.strip().splitlines()
+    assert line.startswith(f"machine calibration failed (DLROSETTA_CALIBRATION={tmp_path / 'none.json'}: ")
+    assert line.endswith("this run's rows get no MFU")
+
+
 def test_a_calibration_that_cannot_run_is_one_line_and_leaves_the_rows_without_mfu(monkeypatch, capsys):
+    monkeypatch.delenv("DLROSETTA_CALIBRATION")
     monkeypatch.setattr(suite, "venv_python", lambda env: suite.ROOT / "no-such-python")
     monkeypatch.setattr(run_all.sys, "executable", str(suite.ROOT / "no-such-python"))
     assert REAL_CALIBRATE(False) is None
@@ -133,7 +165,7 @@ def test_a_raising_notebook_is_recorded_with_its_exception(suite_run):
 def test_a_hanging_notebook_times_out_and_the_suite_goes_on(suite_run):
     _, out, _ = suite_run
     r = record(out, "resnet50_features__pytorch")
-    assert r["status"] == "timeout" and "30 s" in r["error"] and r["wall_s"] < 120
+    assert r["status"] == "timeout" and f"no result after {TOY_TIMEOUT} s" in r["error"] and r["wall_s"] < 4 * TOY_TIMEOUT
 
 
 def test_a_dead_kernel_is_recorded_for_every_variant(suite_run):
@@ -188,7 +220,7 @@ def test_resume_skips_ok_records_and_reruns_the_rest(suite_run, capsys):
     tmp, out, _ = suite_run
     before = record(out, "gru_imdb__pytorch")
     code = run_all.main(["--notebooks", str(tmp / "notebooks"), "--results", str(tmp / "results"),
-                         "--machine", "testbox", "--profile", "tiny", "--timeout", "30", "--no-readme",
+                         "--machine", "testbox", "--profile", "tiny", "--timeout", str(TOY_TIMEOUT), "--no-readme",
                          "--task", "gru_imdb,cnn_cifar10", "--framework", "pytorch", "--resume"])
     text = capsys.readouterr().out
     assert "gru_imdb/pytorch: already ok, skipped (--resume)" in text
@@ -233,22 +265,23 @@ def test_an_interrupted_run_keeps_its_records_and_stops_the_kernel(tmp_path):
     assert "cnn_cifar10,pytorch,,,,fp32,off,ok" in (out / "results.csv").read_text()
     gone, alive = psutil.wait_procs(children, timeout=10)
     assert not alive, f"left running: {[p.cmdline() for p in alive]}"
-    (run,) = (out / "runs").glob("*.json")            # measured before the suite (a real calibration) ...
+    (run,) = (out / "runs").glob("*.json")            # measured before the suite (the recorded calibration) ...
     meta = json.loads(run.read_text())
-    assert meta["calibration"]["before"]["cpu/float32"]["gflops"] > 0 and len(meta["load_before"]) == 3
+    assert meta["calibration"]["before"] == PEAKS and meta["load_before"] == RECORDED["load"]
     assert "after" not in meta["calibration"] and "ended" not in meta     # ... and not after: it never ended
 
 
-def test_every_module_reads_its_tasks_from_the_registry():
-    from scripts import report
-    from support import params, parity, records
-    assert suite.TASKS == params.TASKS == tasks.NAMES and suite.PROFILES == params.PROFILES == tasks.PROFILES
-    assert all(set(params._PROFILES[name]) == set(tasks.PROFILES) for name in tasks.NAMES)
+def test_every_task_of_the_registry_has_its_profiles_notebooks_and_shared_weights():
+    """What each task needs besides its registry entry (support/tasks.py), which the other modules read."""
+    from support import params, parity
     assert set(params._PROFILES) == set(tasks.NAMES)
-    assert records.METRICS == {name: task.metric for name, task in tasks.TASKS.items()}
-    assert parity.TASKS == tuple(name for name, task in tasks.TASKS.items() if task.parity)
-    assert report.TASK_TITLES == {name: task.title for name, task in tasks.TASKS.items()}
-    assert suite.variants("densenet_chestxray", "pytorch") == [{"mode": m} for m in tasks.TASKS["densenet_chestxray"].modes]
+    assert all(set(params._PROFILES[name]) == set(tasks.PROFILES) for name in tasks.NAMES)
+    for name, task in tasks.TASKS.items():
+        assert {p.stem for p in (suite.NOTEBOOKS / name).glob("*.ipynb")} == set(suite.FRAMEWORKS), name
+        if task.parity:
+            weights, x = parity.load(name)
+            assert weights and x.shape[0] > 0, name
+    assert suite.variants("densenet_chestxray", "pytorch") == [{"mode": "loader"}, {"mode": "ram"}]
 
 
 def test_the_mxnet_cnn_runs_once_per_api():
@@ -451,10 +484,13 @@ def test_auto_on_a_gpu_machine_gives_full_only_to_frameworks_that_see_it(monkeyp
 
 
 def test_every_frameworks_gpu_probe_runs_in_its_environment():
-    """The probes only decide on a GPU machine: run each here so that none of them is first run there."""
+    """The probes only decide on a GPU machine: run each here so that none of them is first run there. Each
+    runs without an error; without a GPU each says False (with one, what its build sees)."""
+    from support import env
     for key in suite.GPU_PROBES:
         sees, detail = run_all.probe_gpu(key)
-        assert (sees, detail) == (False, ""), f"{key}: {detail}"
+        assert detail == "" and isinstance(sees, bool), f"{key}: {detail}"
+        assert env.gpu_names() or not sees, f"{key} sees a GPU where nvidia-smi lists none"
 
 
 def test_mixed_profiles_in_the_readme_table_are_labelled(tmp_path):
@@ -481,3 +517,21 @@ def test_concurrent_kernels_share_the_cores_and_wait_passively(monkeypatch):
         == {"OMP_NUM_THREADS": "2", "OPENBLAS_NUM_THREADS": "2", "MKL_NUM_THREADS": "2", "OMP_WAIT_POLICY": "PASSIVE"}
     monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
     assert "OMP_WAIT_POLICY" not in run_all.kernel_environment(jobs=1)      # a timed run: the frameworks' own choice
+
+
+def test_only_picks_the_planned_runs_whose_keys_match(capsys):
+    args = run_all.parse_args(["--profile", "tiny", "--precision", "fp32,bf16", "--only",
+                               "cnn_cifar10__mxnet__*-bf16,gru_imdb__pytorch", "--only", "densenet_chestxray__jax__ram"])
+    assert [job.key for job in run_all.plan(args)] == [
+        "cnn_cifar10__mxnet__gluon-bf16", "cnn_cifar10__mxnet__module-bf16", "densenet_chestxray__jax__ram",
+        "gru_imdb__pytorch"]
+    assert run_all.main(["--list", "--profile", "tiny", "--only", "gru_imdb__jax"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "  gru_imdb/jax [tiny]: gru_imdb__jax, notebooks/gru_imdb/jax.ipynb in kernel dlr-modern"
+
+
+def test_an_only_pattern_that_matches_no_planned_run_is_one_line(capsys):
+    assert run_all.main(["--list", "--profile", "tiny", "--only", "gru_imdb__jax,cnn_cifar10__pytorch__bf16"]) == 2
+    assert capsys.readouterr().err == (
+        "run_all.py: --only cnn_cifar10__pytorch__bf16: no planned notebook run has a key that matches it (--list "
+        "shows the keys); add the --task, --framework, --precision, --compilation, --devices or --batch-size that "
+        "plan it\n")
