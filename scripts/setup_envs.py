@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Build the project's pinned environments and register them as Jupyter kernels.
 
-    python3 scripts/setup_envs.py              # both environments, rebuilt only when pins change
+    python3 scripts/setup_envs.py              # both environments, rebuilt only when pins change, and the
+                                               # system packages the tests need (chromium), where missing
     python3 scripts/setup_envs.py legacy       # one of them
     python3 scripts/setup_envs.py --force      # rebuild even if the pins are unchanged
     python3 scripts/setup_envs.py --lock modern  # re-resolve requirements/modern.in into modern.txt
@@ -167,6 +168,36 @@ def register_kernels(envs: list[str]) -> None:
                 capture_output=True, env=environ)   # it warns that the prefix is not on Jupyter's path: the runner's is
 
 
+# What the tests need from the system besides the environments: the browser that reads the side-by-side reader
+# (tests/test_site.py drives Debian's chromium with playwright, whose own browser downloads are never used).
+CHROMIUM = Path("/usr/bin/chromium")
+SYSTEM_PACKAGES = ["chromium", "fonts-dejavu-core"]
+
+
+def system_packages() -> str | None:
+    """Install the system packages the tests need where they are missing, with apt-get as root (as CI runs);
+    None when they are there, else one line saying why not and how (the browser tests then skip, saying so)."""
+    if CHROMIUM.exists():
+        return None
+    how = f"install them with `apt-get update && apt-get install -y --no-install-recommends {' '.join(SYSTEM_PACKAGES)}`"
+    if os.geteuid() != 0 or not shutil.which("apt-get"):
+        return f"{CHROMIUM} is missing and this user cannot apt-get it: {how}"
+    environ = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    start = time.time()
+    for cmd, limit in ((["apt-get", "update"], 300),
+                       (["apt-get", "install", "-y", "--no-install-recommends", *SYSTEM_PACKAGES], 600)):
+        print("+", " ".join(cmd), flush=True)
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=limit, env=environ,
+                                  stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired:
+            return f"`{' '.join(cmd)}` took over {limit} s: {how}"
+        if proc.returncode:
+            return f"`{' '.join(cmd)}` failed ({(proc.stderr.strip().splitlines() or ['no output'])[-1]}): {how}"
+    print(f"system: installed {', '.join(SYSTEM_PACKAGES)} with apt-get in {time.time() - start:.0f} s")
+    return None if CHROMIUM.exists() else f"apt-get installed chromium but {CHROMIUM} is not there: {how}"
+
+
 def lock(python: str, env: str) -> None:
     """Resolve requirements/<env>.in in a scratch venv and write every exact pin to <env>.txt."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -228,6 +259,10 @@ def main(argv=None) -> None:
     for env in envs:
         build(python, env, args.force)
     register_kernels(list(suite.ENVIRONMENTS))
+    if not args.envs:
+        missing = system_packages()
+        print(f"system: {missing}; the browser tests skip until then" if missing else
+              f"system: {', '.join(SYSTEM_PACKAGES)} installed")
 
 
 if __name__ == "__main__":

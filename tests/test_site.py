@@ -1,50 +1,25 @@
 """scripts/build_site.py: the side-by-side reader, built from the committed results and read in headless Chromium.
 
 The browser is Debian's `chromium`, driven by playwright (whose own browser downloads are never used).
-Where /usr/bin/chromium is missing the test installs it with apt-get (as root, which CI is), and skips
-with the reason and the command to run where it cannot. Screenshots go to pytest's temporary folder,
+The set-up installs it (scripts/setup_envs.py, as root with apt-get, as `make test` and CI run it); the tests
+install nothing, and where it is missing they skip, saying how to install it. Screenshots go to pytest's temporary folder,
 or to $DLR_SCREENSHOTS, and their paths are printed.
 """
 import os
 import shutil
-import subprocess
-import time
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 import nbformat
 import pytest
 
-from scripts import build_site, report, suite
+from scripts import build_site, report, setup_envs, suite
 
 MACHINE = suite.ROOT / "results" / "cpu-2c-amd-epyc-f26m2s1"   # committed results: every task at profile cpu
 PROFILE = "cpu"
-CHROMIUM = Path("/usr/bin/chromium")
-INSTALL = ["apt-get", "install", "-y", "--no-install-recommends", "chromium", "fonts-dejavu-core"]
+CHROMIUM = setup_envs.CHROMIUM
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-
-
-def ensure_chromium() -> str | None:
-    """None when Debian's chromium is there (installing it with apt-get where it is not and we are root),
-    else why it is not."""
-    if CHROMIUM.exists():
-        return None
-    how = f"install it with `apt-get update && {' '.join(INSTALL)}`"
-    if os.geteuid() != 0 or not shutil.which("apt-get"):
-        return f"{CHROMIUM} is missing and this user cannot apt-get it: {how}"
-    environ = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    start = time.time()
-    for cmd, limit in ((["apt-get", "update"], 300), (INSTALL, 600)):
-        try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=limit, env=environ,
-                                  stdin=subprocess.DEVNULL)
-        except subprocess.TimeoutExpired:
-            return f"`{' '.join(cmd)}` took over {limit} s: {how}"
-        if proc.returncode:
-            return f"`{' '.join(cmd)}` failed ({(proc.stderr.strip().splitlines() or ['no output'])[-1]}): {how}"
-    print(f"installed chromium with apt-get in {time.time() - start:.0f} s")
-    return None if CHROMIUM.exists() else f"apt-get installed chromium but {CHROMIUM} is not there: {how}"
 
 
 @pytest.fixture(scope="module")
@@ -62,9 +37,9 @@ def screenshots(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def browser(tmp_path_factory):
-    reason = ensure_chromium()
-    if reason:
-        pytest.skip(reason)
+    if not CHROMIUM.exists():
+        pytest.skip(f"{CHROMIUM} is missing: `python3 scripts/setup_envs.py` installs it as root, or apt-get install "
+                    f"{' '.join(setup_envs.SYSTEM_PACKAGES)}")
     from playwright.sync_api import sync_playwright
 
     # chromium keeps settings and caches under ~/.config and ~/.cache: the test's own folders instead
