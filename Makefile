@@ -2,10 +2,12 @@
 # are unchanged; see scripts/setup_envs.py). Extra arguments go in ARGS, e.g.
 #   make run ARGS="--task cnn_cifar10 --profile tiny"
 #   make test ARGS="-k runner"
+# `make test` is the smoke tier (under 15 minutes on 2 cores); `make test-matrix` the rest of the variant and
+# device matrix at the tiny profile (the tests marked `matrix`), to run before committing results.
 PYTHON ?= python3
 MODERN := .venvs/modern/bin/python
 
-.PHONY: envs run test
+.PHONY: envs run test test-matrix
 
 envs:
 	$(PYTHON) scripts/setup_envs.py
@@ -15,3 +17,6 @@ run: envs
 
 test: envs
 	$(MODERN) -m pytest $(ARGS)
+
+test-matrix: envs
+	$(MODERN) -m pytest -m matrix tests/test_notebook_runs.py $(ARGS)

@@ -1,0 +1,373 @@
+"""The real notebooks, executed at the tiny profile through the runner, in two tiers.
+
+`make test` runs the smoke tier (SMOKE): one runner call, two notebooks at a time, in which every notebook and
+every notebook variant (a Keras backend, an MXNet API, a DenseNet-121 data mode) runs once, and every mechanism
+of the variant matrix runs at least once in each kernel that has it, folded into those same executions: bf16
+(PyTorch, TensorFlow, JAX, the three Keras backends, MXNet's two APIs), compiled and eager, a batch-size sweep,
+DenseNet-121 on two devices in each data mode, and the combinations a framework cannot run (recorded
+`unsupported` or `not_applicable` with their reason). No run is a repeat of another.
+
+`make test-matrix` (the pytest marker `matrix`) runs the rest of the matrix at tiny (MATRIX): every baseline that
+the smoke tier folded into a variant, bf16 and the other compilation for the lines that have them, and every
+framework's DenseNet-121 on two devices in both modes. Run it before committing results. The same checks hold in
+both tiers.
+
+Learning is checked on the steady state's steps, which train on one fixed batch: the loss must fall by
+support.timing.LEARNING_MARGIN (tests/test_timing.py shows that the rule fails for a model whose gradients are
+zero or whose optimizer never steps). Accuracy is the benchmark's business (the `cpu` profile's band), not a
+smoke test's.
+"""
+import json
+import os
+
+import pytest
+
+from scripts import run_all, suite
+from support import env, params, parity, precision, records, tasks, timing
+from tests.test_runner import fake_calibrate
+
+# The smoke tier: {record key: the status it must end with}.
+SMOKE = {
+    # CNN: bf16 wherever a framework has it, every Keras backend, both MXNet APIs; Chainer's numpy has no bfloat16
+    "cnn_cifar10__pytorch__bf16": "ok", "cnn_cifar10__tensorflow__bf16": "ok", "cnn_cifar10__jax__bf16": "ok",
+    "cnn_cifar10__keras__tensorflow": "ok", "cnn_cifar10__keras__jax": "ok", "cnn_cifar10__keras__torch": "ok",
+    "cnn_cifar10__mxnet__gluon-bf16": "ok", "cnn_cifar10__mxnet__module-bf16": "ok",
+    "cnn_cifar10__chainer": "ok", "cnn_cifar10__chainer__bf16": "unsupported",
+    # GRU: a sweep in each kernel (MXNet's eager too), XLA on TensorFlow; JAX has no eager step
+    "gru_imdb__pytorch__sweep": "ok", "gru_imdb__tensorflow__compiled": "ok", "gru_imdb__keras__tensorflow": "ok",
+    "gru_imdb__keras__jax": "ok", "gru_imdb__keras__torch": "ok", "gru_imdb__jax": "ok",
+    "gru_imdb__jax__eager": "not_applicable", "gru_imdb__mxnet__eager-sweep": "ok", "gru_imdb__chainer": "ok",
+    # ResNet-50 (PyTorch's baseline is compiled); TF32 is a GPU's
+    **{f"resnet50_features__{line}": "ok" for line in ("pytorch", "tensorflow", "keras__tensorflow", "keras__jax",
+                                                       "keras__torch", "jax", "mxnet", "chainer")},
+    "resnet50_features__tensorflow__tf32": "unsupported",
+    # DenseNet-121: every line once, in one of its two data modes, and each mode on 2 devices in each kernel (the
+    # data-parallel idioms of PyTorch through torchrun, TensorFlow, MXNet and Chainer); Keras's bf16 on every backend
+    # (its predict() returns the policy's bfloat16, which scikit-learn's AUC refuses)
+    "densenet_chestxray__pytorch__loader": "ok", "densenet_chestxray__pytorch__ram-2dev": "ok",
+    "densenet_chestxray__tensorflow__loader-2dev": "ok", "densenet_chestxray__keras__tensorflow-ram-bf16": "ok",
+    "densenet_chestxray__keras__jax-loader-bf16": "ok", "densenet_chestxray__keras__torch-loader-bf16": "ok",
+    "densenet_chestxray__keras__torch-ram-2dev": "unsupported", "densenet_chestxray__jax__ram": "ok",
+    "densenet_chestxray__mxnet__loader-2dev": "ok", "densenet_chestxray__mxnet__ram": "ok",
+    "densenet_chestxray__chainer__ram-2dev": "ok", "densenet_chestxray__chainer__loader": "ok",
+}
+
+# The second tier: what the smoke tier folded away, and the rest of the matrix that runs on a CPU.
+DENSENET_LINES = ("pytorch", "tensorflow", "keras__tensorflow-", "keras__jax-", "keras__torch-", "jax", "mxnet",
+                  "chainer")
+MATRIX = {
+    **{key: "ok" for key in (
+        "cnn_cifar10__pytorch", "cnn_cifar10__tensorflow", "cnn_cifar10__jax", "cnn_cifar10__mxnet__gluon",
+        "cnn_cifar10__mxnet__module", "cnn_cifar10__keras__tensorflow-bf16", "cnn_cifar10__keras__jax-bf16",
+        "cnn_cifar10__keras__torch-bf16", "cnn_cifar10__pytorch__compiled", "cnn_cifar10__tensorflow__compiled",
+        "gru_imdb__pytorch", "gru_imdb__pytorch__bf16", "gru_imdb__tensorflow", "gru_imdb__tensorflow__bf16",
+        "gru_imdb__mxnet", "gru_imdb__mxnet__sweep", "gru_imdb__keras__torch-compiled", "gru_imdb__jax__bf16",
+        "resnet50_features__pytorch__bf16", "resnet50_features__pytorch__eager", "resnet50_features__mxnet__bf16",
+        "resnet50_features__mxnet__eager", "resnet50_features__tensorflow__bf16",
+        "densenet_chestxray__keras__tensorflow-loader-bf16", "densenet_chestxray__keras__jax-ram-bf16",
+        "densenet_chestxray__keras__torch-ram-bf16")},
+    # every DenseNet-121 line in both modes, on 1 and on 2 devices (Keras on torch has no data parallelism)
+    **{key: "unsupported" if key.startswith("densenet_chestxray__keras__torch") and key.endswith("2dev") else "ok"
+       for line in DENSENET_LINES for mode in ("loader", "ram") for devices in ("", "-2dev")
+       for key in [f"densenet_chestxray__{line}{'' if line.endswith('-') else '__'}{mode}{devices}"]
+       if key not in SMOKE},
+    "gru_imdb__chainer__bf16": "unsupported",
+}
+# Why a combination cannot run here: (key, the words its record must give).
+REASONS = {"cnn_cifar10__chainer__bf16": "data type 'bfloat16' not understood",
+           "gru_imdb__chainer__bf16": "data type 'bfloat16' not understood",
+           "gru_imdb__jax__eager": "JAX compiles every step by construction",
+           "resnet50_features__tensorflow__tf32": "a CPU has no TF32 arithmetic",
+           "densenet_chestxray__keras__torch-ram-2dev": "torch backend",
+           "densenet_chestxray__keras__torch-loader-2dev": "torch backend"}
+# The matrix that plans every key above: the runner plans these, --only picks the tier's keys.
+MATRIX_ARGS = ["--precision", "fp32,bf16,tf32", "--compilation", "auto,on,off", "--devices", "1,2", "--batch-size", "2,max"]
+TIERS = {"smoke": SMOKE, "matrix": MATRIX}
+
+# ONNX: (task, framework, Keras backend) -> the text of the error that keeps its exported graph from running in
+# ONNX Runtime (recorded by the notebook as {"onnx": {"unavailable": ...}}, and said in the notebook and README).
+JAX2ONNX_CONV = "parameters to jaxpr equations must have __hash__ and __eq__"      # nnx.Conv's explicit padding
+JAX2ONNX_POOL = "MaxPool node"                     # MaxPooling2D as a 4-D MaxPool that ONNX Runtime rejects
+ONNX_UNAVAILABLE = {
+    ("densenet_chestxray", "jax", ""): JAX2ONNX_CONV, ("resnet50_features", "jax", ""): JAX2ONNX_CONV,
+    ("cnn_cifar10", "keras", "jax"): JAX2ONNX_POOL, ("resnet50_features", "keras", "jax"): JAX2ONNX_POOL,
+    ("densenet_chestxray", "keras", "jax"): JAX2ONNX_POOL,
+    ("gru_imdb", "chainer", ""): "KeyError: 'Permutate'",   # onnx-chainer 1.3.2 cannot convert L.NStepGRU's functions
+}
+# The exported graph of a bf16 run that computes in bfloat16 (the framework exports its mixed-precision graph, where
+# PyTorch and MXNet export the float32 model): ONNX Runtime's CPU kernels take no bfloat16 convolution.
+BF16_GRAPH = "Type 'tensor(bfloat16)' of input parameter"
+ONNX_UNAVAILABLE_BF16 = {
+    ("cnn_cifar10", "tensorflow", ""): BF16_GRAPH, ("densenet_chestxray", "keras", "tensorflow"): BF16_GRAPH,
+    ("densenet_chestxray", "keras", "torch"): BF16_GRAPH,
+    ("cnn_cifar10", "jax", ""): "NOT_IMPLEMENTED : Could not find an implementation for Conv",
+    ("densenet_chestxray", "keras", "jax"): "reduce_window_max currently supports floating operand dtypes only, got bfloat16",
+}
+# Trainable parameters of the PyTorch models (torchvision's DenseNet-121 with 14 outputs, ResNet-50 without fc).
+N_PARAMETERS = {task: parity.n_parameters(task) for task in parity.TASKS} | {"densenet_chestxray": 6_968_206}
+
+
+def two_devices():
+    return 2, "the tiers' 2 devices"      # whatever this machine has: one GPU or core shares itself
+
+
+def planned(keys) -> dict:
+    """{key: the runner's Job} for the tier's keys, as the runner plans them (a key it cannot plan fails here)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(run_all, "machine_devices", two_devices)
+        jobs = {job.key: job for job in run_all.plan(run_all.parse_args(["--profile", "tiny", *MATRIX_ARGS]))}
+    missing = sorted(set(keys) - set(jobs))
+    assert not missing, f"the runner plans no such run: {missing}"
+    return {key: jobs[key] for key in keys}
+
+
+JOBS = planned([*SMOKE, *MATRIX])
+
+
+def gpus() -> int:
+    return len(env.gpu_names())
+
+
+def run_tier(results, keys) -> tuple:
+    """One runner call over the tier's keys, two at a time, with a recorded calibration (scripts/calibrate.py has
+    tests of its own). The 2-device runs want 2 devices: on a machine with one GPU they run on CPU devices."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(run_all, "calibrate", fake_calibrate)
+        patch.setattr(run_all, "machine_devices", two_devices)
+        if gpus() == 1:
+            patch.setenv("CUDA_VISIBLE_DEVICES", "")
+        code = run_all.main(["--profile", "tiny", "--parity", "--data", "synthetic", "--jobs", "2",
+                             "--results", str(results), "--machine", "ci", "--no-readme", *MATRIX_ARGS,
+                             "--only", ",".join(keys)])
+    return results / "ci", code
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory):
+    return run_tier(tmp_path_factory.mktemp("smoke"), SMOKE)
+
+
+@pytest.fixture(scope="module")
+def matrix(tmp_path_factory):
+    return run_tier(tmp_path_factory.mktemp("matrix"), MATRIX)
+
+
+def tier_params(check=lambda key: True):
+    """The keys of both tiers as test parameters, the second tier's marked `matrix`."""
+    return [pytest.param(key, marks=[pytest.mark.matrix] if key in MATRIX else [], id=key)
+            for key in (*SMOKE, *MATRIX) if check(key)]
+
+
+def record_of(request, key) -> tuple[dict, object]:
+    """The record of `key` from its tier's run (run on first use), and the run's folder."""
+    folder, _ = request.getfixturevalue("smoke" if key in SMOKE else "matrix")
+    return json.loads((folder / "records" / "tiny" / f"{key}.json").read_text()), folder
+
+
+def expected(key) -> str:
+    """The status the run must end with: TensorFlow's GPU build runs TF32 (the probe asks only then)."""
+    status = SMOKE.get(key) or MATRIX[key]
+    return "ok" if key.endswith("tf32") and gpus() and run_all.probe_gpu("tensorflow")[0] else status
+
+
+def ran(key) -> bool:
+    """Does the run go through the notebook (the tests of its results take it)? Decided without a GPU probe."""
+    return (SMOKE.get(key) or MATRIX[key]) == "ok"
+
+
+def is_training(key) -> bool:
+    return tasks.get(JOBS[key].task).unit == "epoch"
+
+
+# --- what every tier's run shows -----------------------------------------------------------------
+
+@pytest.mark.parametrize("key", tier_params())
+def test_each_run_ends_as_planned_and_writes_a_valid_record(request, key):
+    record, folder = record_of(request, key)
+    job = JOBS[key]
+    assert record["status"] == expected(key), f"{job.title}: {record.get('error')} (log: {record.get('log')})"
+    records.validate(record)
+    assert (record["task"], record["framework"], record["variant"]) == (job.task, job.framework, job.variant)
+    assert record["profile"] == "tiny" and record["timed"] is False and record["matrix"] == job.matrix
+    assert (folder / record["executed_notebook"]).exists() and (folder / record["log"]).exists()
+    if record["status"] != "ok":
+        assert REASONS[key] in record["error"] and record["precision"] in precision.PRECISIONS
+        return
+    assert record["data"] == "synthetic" and record["inputs"]["parameters"].get("data", "synthetic") == "synthetic"
+    assert record["precision"] == job.matrix.get("precision", "fp32")
+    if job.matrix.get("compilation"):
+        assert record["compilation"] == job.matrix["compilation"]
+    on_gpu = record["environment"].get("device", "cpu") != "cpu"
+    assert (record["memory"]["device_peak_bytes"] is not None) == on_gpu        # an allocator's peak on a GPU only
+    assert record["memory"]["host_peak_bytes"] > 2 ** 20
+    assert ("sweep" in record) == bool(job.matrix.get("batch_sizes"))
+    if job.task == "resnet50_features":
+        assert record["feature_shape"][1] == 2048 and record["timing"]["n"] >= timing.MIN_REPEATS
+    if job.task == "densenet_chestxray":
+        assert len(record["metrics"]["auc_per_label"]) == 14 and 0 <= record["metrics"]["auc"] <= 1
+    if is_training(key):
+        assert record["steps"]["n"] >= timing.MIN_REPEATS and len(record["curve"]) == record["params"]["epochs"]
+
+
+@pytest.mark.parametrize("key", tier_params(lambda key: ran(key) and is_training(key)))
+def test_each_training_run_fits_the_batch_its_steady_state_trains_on(request, key):
+    record, _ = record_of(request, key)
+    learned, why = timing.learned(record["steps"])
+    assert learned, f"{JOBS[key].title}: {why}"
+
+
+@pytest.mark.parametrize("key", tier_params(lambda key: ran(key) and is_training(key)))
+def test_the_saved_model_loads_into_a_fresh_one_that_computes_the_same(request, private_cache, key):
+    record, _ = record_of(request, key)
+    check = record.get("save_load")
+    assert check, f"{JOBS[key].title} recorded no save-and-load check"
+    assert check["tolerance"] == precision.TOLERANCE[record["precision"]]
+    assert check["max_rel_error"] < check["tolerance"], (key, check)
+    saved = [p for p in (private_cache / "scratch" / record["task"] / record["framework"]).rglob("*") if p.is_file()]
+    assert saved and all(p.stat().st_size > 0 for p in saved), f"{JOBS[key].title} left nothing in its scratch folder"
+
+
+@pytest.mark.parametrize("key", tier_params(ran))
+def test_the_exported_onnx_graph_computes_the_same_in_onnx_runtime(request, key):
+    record, _ = record_of(request, key)
+    job = JOBS[key]
+    assert "onnx" in record, f"{job.title} recorded no ONNX export check"
+    line = (job.task, job.framework, job.parameters.get("backend", ""))
+    known = (ONNX_UNAVAILABLE_BF16 if record["precision"] == "bf16" else ONNX_UNAVAILABLE).get(line)
+    if known:
+        assert known in record["onnx"].get("unavailable", ""), (
+            f"{job.title} now exports ({record['onnx']}): drop its entry from ONNX_UNAVAILABLE(_BF16) and the README")
+        pytest.xfail(f"{job.title}: {record['onnx']['unavailable']}")
+    assert "unavailable" not in record["onnx"], f"{job.title}: {record['onnx']['unavailable']}"
+    assert record["onnx"]["tolerance"] == precision.TOLERANCE[record["precision"]]
+    assert record["onnx"]["max_rel_error"] < record["onnx"]["tolerance"], (key, record["onnx"])
+
+
+@pytest.mark.parametrize("key", tier_params(lambda key: ran(key) and JOBS[key].task in parity.TASKS))
+def test_parity_step_matches_the_numpy_reference(request, key):
+    record, _ = record_of(request, key)
+    assert "parity" in record, f"{JOBS[key].title} ran with parity=True but recorded no parity result"
+    tolerance = precision.TOLERANCE[record["precision"]]
+    assert record["parity"]["tolerance"] == tolerance and record["parity"]["max_rel_error"] < tolerance, (
+        f"{JOBS[key].title}: outputs deviate from the numpy reference by {record['parity']['max_rel_error']:.1e} "
+        f"of their scale (tolerance {tolerance:g})")
+
+
+@pytest.mark.parametrize("key", tier_params(ran))
+def test_every_model_counts_pytorchs_parameters(request, key):
+    record, _ = record_of(request, key)
+    assert record["n_parameters"] == N_PARAMETERS[record["task"]], (
+        f"{JOBS[key].title} counts {record['n_parameters']:,} trainable parameters, PyTorch "
+        f"{N_PARAMETERS[record['task']]:,}")
+
+
+@pytest.mark.parametrize("key", tier_params(lambda key: ran(key) and "sweep" in JOBS[key].variant))
+def test_the_sweep_doubles_from_the_smallest_size_and_says_where_it_stopped(request, key):
+    record, _ = record_of(request, key)
+    sizes = [row["batch_size"] for row in record["sweep"]["sizes"]]
+    assert sizes and sizes[0] == 2 and all(b == 2 * a for a, b in zip(sizes, sizes[1:]))
+    assert record["sweep"]["stopped"].startswith(("time budget: batch", "memory: batch", "out of memory at batch"))
+    assert all(row["p95_s"] >= row["median_s"] > 0 for row in record["sweep"]["sizes"])
+
+
+# Data parallelism: framework (and Keras backend) -> how its replicas normalise a batch
+BATCH_NORM = {("pytorch", ""): "per-device",        # DistributedDataParallel: each process its own batch statistics
+              ("tensorflow", ""): "per-device",     # MirroredStrategy: each replica its own
+              ("keras", "tensorflow"): "per-device", ("keras", "jax"): "global",
+              ("jax", ""): "global",                # one program over the sharded global batch
+              ("mxnet", ""): "per-device",          # split_and_load: each context its own
+              ("chainer", ""): "per-device"}        # ParallelUpdater: each device's copy of the model its own
+
+
+@pytest.mark.parametrize("key", tier_params(lambda key: ran(key) and JOBS[key].matrix.get("devices")))
+def test_one_step_on_two_devices_equals_one_step_on_one(request, key):
+    """Each framework's data-parallel idiom trains on 2 devices with the global batch of 2 x the batch per
+    device, and one plain SGD step on them equals the same step on one device (support.parity.data_parallel)."""
+    record, _ = record_of(request, key)
+    job = JOBS[key]
+    batch = params.load("densenet_chestxray", "tiny").batch_size
+    assert (record["devices"], record["global_batch_size"]) == (2, 2 * batch)
+    check = record["data_parallel"]
+    assert (check["devices"], check["batch_norm"]) == (2, BATCH_NORM[job.framework, job.parameters.get("backend", "")])
+    assert check["max_update"] > 0 and check["tolerance"] == parity.DATA_PARALLEL_TOLERANCE
+    assert check["max_rel_error"] < check["tolerance"], check
+
+
+@pytest.mark.parametrize("tier", [pytest.param("smoke"), pytest.param("matrix", marks=pytest.mark.matrix)])
+def test_the_tier_exits_cleanly_and_fills_the_tables_and_the_reader(request, tier):
+    folder, code = request.getfixturevalue(tier)
+    assert code == 0
+    keys = TIERS[tier]
+    rows = (folder / "results.csv").read_text().splitlines()
+    assert len(rows) == 1 + len(keys)
+    markdown = (folder / "results.md").read_text()
+    assert all(f"plots/tiny/{task}.png" in markdown for task in suite.TASKS)
+    assert f"## Variants: VGG-style CNN on CIFAR-10 (profile `tiny`)" in markdown
+    # two at a time shared the machine: their sweeps are timings, so no table shows them (tests/test_variants.py does)
+    assert "### Batch size" not in markdown and len((folder / "sweeps.csv").read_text().splitlines()) == 1
+    (run,) = (folder / "runs").glob("*.json")
+    meta = json.loads(run.read_text())
+    assert set(meta["calibration"]) == {"before", "after"} and meta["timed"] is False
+    site = folder / "site"
+    assert all((site / f"{task}.html").exists() for task in suite.TASKS) and (site / "site.css").exists()
+    assert "profile <code>tiny</code>" in (site / "index.html").read_text()
+    cnn = (site / "cnn_cifar10.html").read_text()
+    assert 'data-section="Train"' in cnn and "executed" in cnn and "../plots/tiny/cnn_cifar10.png" in cnn
+
+
+# --- what the smoke tier covers ---------------------------------------------------------------------
+
+def test_the_smoke_tier_executes_every_notebook_and_every_notebook_variant():
+    """Every notebook file and each of its own variants (a Keras backend, an MXNet API) in at least one execution
+    that runs it through (a run that stops as unsupported does not count), and each of a task's data modes in
+    each kernel."""
+    through = [JOBS[key] for key, status in SMOKE.items() if status == "ok"]
+    lines = {(job.task, job.framework, json.dumps({k: v for k, v in job.parameters.items() if k != "mode"}))
+             for job in through}
+    missing = [f"{task}/{framework} {run or ''}".strip()
+               for task in suite.TASKS for framework in suite.FRAMEWORKS
+               if suite.notebook_path(task, framework).exists()
+               for run in suite.variants(task, framework)
+               if (task, framework, json.dumps({k: v for k, v in run.items() if k != "mode"})) not in lines]
+    missing += [f"{task} in mode {mode} in kernel {kernel}" for task, t in tasks.TASKS.items() for mode in t.modes
+                for kernel in suite.ENVIRONMENTS
+                if not any(job.task == task and job.parameters.get("mode") == mode and job.environment == kernel
+                           for job in through)]
+    assert not missing, f"no smoke execution covers: {', '.join(missing)}"
+    assert {(job.task, job.framework) for job in through} == {
+        (path.parent.name, path.stem) for path in suite.NOTEBOOKS.glob("*/*.ipynb")}
+
+
+def test_the_smoke_tier_runs_each_mechanism_in_each_kernel_once_and_repeats_nothing(smoke):
+    folder, _ = smoke
+    found = [json.loads((folder / "records" / "tiny" / f"{key}.json").read_text()) for key in SMOKE]
+    for kernel in suite.ENVIRONMENTS:
+        ok = [r for r in found if r["status"] == "ok" and suite.FRAMEWORKS[r["framework"]] == kernel]
+        mechanisms = {"bf16": any(r["precision"] == "bf16" for r in ok),
+                      "compiled": any(r["compilation"] == "on" for r in ok),
+                      "eager": any(r["compilation"] == "off" for r in ok),
+                      "a sweep": any("sweep" in r for r in ok),
+                      "2 devices, loader": any(r.get("devices") == 2 and "loader" in r["variant"] for r in ok),
+                      "2 devices, ram": any(r.get("devices") == 2 and "ram" in r["variant"] for r in ok),
+                      "a combination it cannot run": any(r["status"] in precision.STATUSES for r in found
+                                                         if suite.FRAMEWORKS[r["framework"]] == kernel)}
+        assert all(mechanisms.values()), f"kernel {kernel} runs no: {[m for m, v in mechanisms.items() if not v]}"
+    runs = [(JOBS[key].task, JOBS[key].framework, json.dumps({**JOBS[key].parameters, **JOBS[key].matrix}))
+            for key in SMOKE]
+    assert len(set(runs)) == len(runs) and not set(SMOKE) & set(MATRIX)
+
+
+def test_pytorch_on_several_devices_in_one_process_stops_in_one_line_saying_how_to_start_the_ranks(tmp_path, monkeypatch):
+    """The notebook in Jupyter (no torchrun) with devices=2: a ValueError before any data or model, naming the fix."""
+    import papermill
+
+    monkeypatch.delenv("TORCHELASTIC_RUN_ID", raising=False)      # whatever launched these tests
+    notebook = suite.notebook_path("densenet_chestxray", "pytorch")
+    with pytest.raises(papermill.PapermillExecutionError) as stop:
+        papermill.execute_notebook(str(notebook), str(tmp_path / "out.ipynb"), kernel_name=suite.kernel_name("modern"),
+                                   parameters={"profile": "tiny", "data": "synthetic", "devices": 2},
+                                   cwd=str(notebook.parent), progress_bar=False)
+    assert stop.value.ename == "ValueError"
+    assert stop.value.evalue == ("devices=2 trains on 2 devices, one process each, but 1 was started: start them with "
+                                 "torchrun, as `make run ARGS=\"--task densenet_chestxray --framework pytorch --devices "
+                                 "2\"` does")
