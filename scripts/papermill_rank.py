@@ -21,6 +21,18 @@ def rank_output(output: str, rank: int) -> str:
     return output if rank == 0 else str(path.with_name(f"{path.stem}.rank{rank}{path.suffix}"))
 
 
+def other_ranks(output: str | Path) -> list[tuple[int, Path]]:
+    """The executed notebooks the ranks other than 0 wrote beside OUTPUT (rank_output's names), as (rank, path)
+    in the ranks' order: rank 10 after rank 2."""
+    path = Path(output)
+    found = []
+    for other in path.parent.glob(f"{path.stem}.rank*{path.suffix}"):
+        number = other.name[len(f"{path.stem}.rank"):-len(path.suffix) or None]
+        if number.isdigit() and int(number) > 0:
+            found.append((int(number), other))
+    return sorted(found)
+
+
 def main(argv: list[str]) -> None:
     if len(argv) < 2:
         sys.exit("usage: papermill_rank.py NOTEBOOK OUTPUT [papermill options]  (started by torchrun, once per rank)")

@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from scripts import build_site, report, suite  # noqa: E402
+from scripts import build_site, papermill_rank, report, suite  # noqa: E402
 from support import env, precision, tasks  # noqa: E402
 from support.data import SOURCES as DATA_WORDS  # noqa: E402
 from support.timing import batch_sizes as timing_sizes  # noqa: E402
@@ -419,15 +419,13 @@ def kill_tree(pid: int) -> None:
 def notebook_error(executed: Path, log: Path) -> str:
     """The exception a notebook stopped on ('ValueError: ... (cell 7)'), else the log's last words. Run once per
     device (suite.PROCESS_PER_DEVICE), rank 0's notebook first, then the other ranks' (papermill_rank.py names them)."""
-    ranks = sorted(executed.parent.glob(f"{executed.stem}.rank*{executed.suffix}"))
-    for path in [executed, *ranks]:
+    for rank, path in [(0, executed), *papermill_rank.other_ranks(executed)]:
         try:
             cells = json.loads(path.read_text())["cells"]
             for i, cell in enumerate(cells):
                 for out in cell.get("outputs", []):
                     if out.get("output_type") == "error":
-                        rank = "" if path == executed else f", {path.stem.rsplit('.', 1)[-1].replace('rank', 'rank ')}"
-                        return f"{out['ename']}: {out['evalue']} (cell {i}{rank})"
+                        return f"{out['ename']}: {out['evalue']} (cell {i}{f', rank {rank}' if rank else ''})"
         except (OSError, ValueError, KeyError):
             pass
     lines = [line.strip() for line in log.read_text(errors="replace").splitlines() if line.strip()] if log.exists() else []
@@ -501,16 +499,18 @@ def run_job(job: Job, args, out: Path, active: Active) -> dict | None:
 
 def execute(job: Job, args, parameters: dict, executed: Path, log: Path, active: Active) -> tuple[str, str | None]:
     """papermill in the notebook's kernel, within the time limit: (status, error)."""
-    cmd = [sys.executable, "-m", "papermill", str(job.notebook), str(executed), "--kernel",
-           suite.kernel_name(job.environment), "--cwd", str(job.notebook.parent),
-           "--parameters_yaml", json.dumps(parameters), "--log-output", "--no-progress-bar"]
+    papermill_args = [str(job.notebook), str(executed), "--kernel", suite.kernel_name(job.environment),
+                      "--cwd", str(job.notebook.parent), "--parameters_yaml", json.dumps(parameters), "--log-output",
+                      "--no-progress-bar"]
+    cmd = [sys.executable, "-m", "papermill", *papermill_args]
     devices = parameters.get("devices", tasks.DEVICES_DEFAULT)
     if job.framework in suite.PROCESS_PER_DEVICE and devices > 1:
         # a papermill (and kernel) per device, each a rank of torchrun's; --standalone: a free port on this host;
         # --tee: each rank's output reaches the log line by line, behind its rank
         cmd = [str(suite.venv_python(job.environment)), "-m", "torch.distributed.run", "--standalone",
                f"--nproc-per-node={devices}", "--tee=3", f"--log-dir={executed.parent / 'ranks'}",
-               "--log-line-prefix-template=[rank${rank}] ", str(suite.ROOT / "scripts" / "papermill_rank.py"), *cmd[3:]]
+               "--log-line-prefix-template=[rank${rank}] ", str(suite.ROOT / "scripts" / "papermill_rank.py"),
+               *papermill_args]
     timeout = args.timeout or DEFAULT_TIMEOUT[job.profile]
     with open(log, "w") as log_file:
         # Its own session: a terminal's Ctrl-C reaches the runner alone, which stops the kernels itself

@@ -7,6 +7,7 @@ tests/test_notebook_devices.py."""
 import json
 import re
 import types
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -135,6 +136,27 @@ def test_the_machine_has_a_cpu_device_per_core_without_nvidia_smi(monkeypatch):
 def test_each_rank_writes_its_own_executed_notebook():
     assert papermill_rank.rank_output("/s/pytorch-ram-2dev.ipynb", 0) == "/s/pytorch-ram-2dev.ipynb"
     assert papermill_rank.rank_output("/s/pytorch-ram-2dev.ipynb", 3) == "/s/pytorch-ram-2dev.rank3.ipynb"
+
+
+def test_the_other_ranks_notebooks_are_found_in_the_ranks_order(tmp_path):
+    """What rank_output names, other_ranks finds, rank 10 after rank 2; nothing else beside it counts."""
+    output = tmp_path / "pytorch-ram-2dev.ipynb"
+    written = {r: Path(papermill_rank.rank_output(str(output), r)) for r in (10, 2, 1)}
+    for path in [*written.values(), output] + [tmp_path / n for n in ("pytorch-ram-2dev.rankx.ipynb",
+                                                                        "pytorch-ram-2dev.rank1.log", "pytorch-ram.rank1.ipynb")]:
+        path.touch()
+    assert papermill_rank.other_ranks(output) == sorted(written.items())
+
+
+def test_a_failing_ranks_error_is_the_runs_and_names_the_first_failing_rank_in_order(tmp_path):
+    def executed(name, error=None):
+        cells = [{"cell_type": "code", "outputs": [] if error is None else
+                  [{"output_type": "error", "ename": "ValueError", "evalue": error}]}]
+        (tmp_path / name).write_text(json.dumps({"cells": cells}))
+    executed("nb.ipynb")
+    executed("nb.rank10.ipynb", "rank 10 fails")
+    executed("nb.rank2.ipynb", "rank 2 fails")
+    assert run_all.notebook_error(tmp_path / "nb.ipynb", tmp_path / "nb.log") == "ValueError: rank 2 fails (cell 0, rank 2)"
 
 
 def test_a_process_per_device_notebook_runs_once_per_rank_and_a_failing_ranks_error_names_it(tmp_path):
