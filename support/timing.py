@@ -150,9 +150,10 @@ def steady_state(step: Callable[[], object], *, steps: int, repeats: int = MIN_R
 
 # The smoke tests' evidence that a model learns: over the steady state's steps on one fixed batch, the loss
 # falls by at least this fraction. With its weights held still, dropout alone moved a small CNN's loss on
-# its batch by 1.2% over 15 steps (tests/test_timing.py); learning, the tiny profile's 8 to 15 steps lower
-# it by 6% (PyTorch's CNN in bf16, from PyTorch's default initialisation) to 78% (Chainer's GRU).
-LEARNING_MARGIN = 0.05
+# its batch by 1.2% over 15 steps (tests/test_timing.py). Learning, the tiny profile's steps lowered it by
+# 5.7% to 8% in the CNNs that start from PyTorch's default initialisation (PyTorch's and MXNet's, 29 steps,
+# their loss near ln 10 for long), by 14% to 58% in the other CNNs and by 32% to 78% in the GRUs and DenseNets.
+LEARNING_MARGIN = 0.03
 
 
 def learned(steady: dict, margin: float = LEARNING_MARGIN) -> tuple[bool, str]:
