@@ -152,7 +152,7 @@ def steady_state(step: Callable[[], object], *, steps: int, repeats: int = MIN_R
 # falls by at least this fraction. With its weights held still, dropout alone moved a small CNN's loss on
 # its batch by 1.2% over 15 steps (tests/test_timing.py). Learning, the tiny profile's steps lowered it by
 # 5.7% to 8% in the CNNs that start from PyTorch's default initialisation (PyTorch's and MXNet's, 29 steps,
-# their loss near ln 10 for long), by 14% to 58% in the other CNNs and by 32% to 78% in the GRUs and DenseNets.
+# their loss near ln 10 for long), by 64% to 89% in the other CNNs and by 32% to 78% in the GRUs and DenseNets.
 LEARNING_MARGIN = 0.03
 
 
