@@ -274,12 +274,14 @@ def plan(args) -> list[Job]:
                          for run in suite.variants(task, framework) for matrix in matrices(args, task, framework, run)]
     if not args.only:
         return jobs
-    unmatched = [pattern for pattern in args.only if not any(fnmatch.fnmatchcase(job.key, pattern) for job in jobs)]
+    matches = {pattern: {job.key for job in jobs if fnmatch.fnmatchcase(job.key, pattern)} for pattern in args.only}
+    unmatched = [pattern for pattern, keys in matches.items() if not keys]
     if unmatched:
         raise ValueError(f"--only {unmatched[0]}: no planned notebook run has a key that matches it (--list shows "
                          f"the keys); add the --task, --framework, --precision, --compilation, --devices or "
                          f"--batch-size that plan it")
-    return [job for job in jobs if any(fnmatch.fnmatchcase(job.key, pattern) for pattern in args.only)]
+    chosen = set().union(*matches.values())
+    return [job for job in jobs if job.key in chosen]
 
 
 # --- which profile each notebook runs -----------------------------------------------------------

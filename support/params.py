@@ -9,7 +9,8 @@ Training tasks take two measurements (support.timing): the epochs end to end (`e
 `step_repeats` repeats of `steps_per_repeat` steps).
 - `tiny`: seconds per notebook, for the smoke tests: every section runs, with the fewest steps that
           exercise it (two epochs, the first a warm-up; the steady state's steps on one batch, 29 for
-          the CNN, 15 for the GRU and 8 for DenseNet-121, show that the model learns, support.timing.learned). It measures nothing and shows no accuracy.
+          the CNN, 15 for the GRU and 8 for DenseNet-121, show that the model learns: support.timing.learned).
+          It measures nothing and shows no accuracy.
 
 A batch-size sweep (the `batch_sizes` parameter) runs the sizes asked for, then searches for the largest
 (`max`) within `sweep_budget_s` seconds per notebook.
