@@ -1,11 +1,13 @@
 """Shared, framework-neutral helpers for the DL Rosetta notebooks.
 
-Only what a reader did not come to learn lives here: the tasks (`tasks`), parameters (`params`),
-data (`data`), timing (`timing`), result records (`records`), the environment (`env`), whole
-files and locks (`files`), and the parity weights and reference (`parity`). Every line of
-model, loss, optimiser, training loop and device handling stays in the notebooks.
+Only what a reader did not come to learn lives here: the tasks (`tasks`) and frameworks (`frameworks`),
+parameters (`params`), data (`data`), each task's initial distributions and their check (`init`), timing
+(`timing`), result records (`records`), the environment (`env`), whole files and locks (`files`), the
+parity weights and reference (`parity`), and each notebook's measurement part (`measure`: one module per
+framework, which a notebook imports by name). Every line of model, initialisation, loss, optimiser,
+training loop and device handling stays in the notebooks.
 numpy and the standard library only, so the same code runs in every kernel (numpy 2.x and
-numpy 1.23 alike).
+numpy 1.23 alike); only `support.measure.<framework>` imports its framework.
 
 Importing `support` points the frameworks' caches (Keras, torch hub, inductor, matplotlib,
 IPython) at the project's `.cache/` folder unless the caller already chose a place, so that

@@ -13,16 +13,19 @@ compiler (`torch.compile`, XLA through `jit_compile=True`, MXNet's `hybridize`).
 construction and Chainer has no compiler: for them the other setting is `not_applicable`.
 
 A combination a framework or device cannot run is never run as something else: the notebook calls
-`stop()`, which writes a record with status `unsupported` (or `not_applicable`) and the reason, in the
-framework's own words where it gives them, and ends the notebook there.
+`support.records.stop()`, which writes a record with status `unsupported` (or `not_applicable`) and the
+reason, in the framework's own words where it gives them, and ends the notebook there (raising `Unsupported`).
+It imports support.frameworks only (standard library): records imports it, never the other way round.
 
     precision.check(precision, compilation)             # a bad value: one line naming it and the choices
     reason = precision.device_reason(precision, gpu)    # tf32 and fp16 need a GPU
     if reason:
-        precision.stop(record_path, reason, task=..., framework=..., params=P, environment=info,
+        records.stop(record_path, reason, task=..., framework=..., params=P, environment=info,
                        precision=precision, compilation=compilation)
 """
 from __future__ import annotations
+
+from support import frameworks as _frameworks
 
 PRECISIONS = {
     "fp32": "true float32 (the baseline)",
@@ -40,13 +43,10 @@ MIXED = ("bf16", "fp16")
 TOLERANCE = {"fp32": 1e-4, "tf32": 1e-2, "fp16": 1e-2, "bf16": 5e-2}
 
 COMPILATIONS = ("auto", "off", "on")
-# What `auto` means: each notebook's baseline, the fastest idiomatic way its framework runs it. Keras's is
-# per backend (jit_compile="auto": XLA only on JAX); the MXNet Module API is a symbolic graph, always compiled.
-# A "framework/task" entry overrides the framework's: PyTorch's ResNet-50 inference is compiled with Inductor's
-# freezing by default (it roughly halves the eager time; compiling the training steps gained nothing on a CPU).
-DEFAULT_COMPILATION = {"pytorch": "off", "tensorflow": "off", "keras-tensorflow": "off", "keras-jax": "on",
-                       "keras-torch": "off", "jax": "on", "mxnet": "on", "chainer": "off",
-                       "pytorch/resnet50_features": "on"}
+# What `auto` means: each notebook's baseline, the fastest idiomatic way its framework runs it (support/frameworks.py:
+# the framework's own default, Keras's per backend, a task's exception). The MXNet Module API is a symbolic graph,
+# always compiled.
+DEFAULT_COMPILATION = _frameworks.default_compilation()
 STATUSES = ("unsupported", "not_applicable")
 
 
@@ -86,17 +86,3 @@ def resolve(compilation: str, framework: str, task: str = "") -> str:
 def tolerance(precision: str) -> float:
     check(precision)
     return TOLERANCE[precision]
-
-
-def stop(record_path, reason: str, *, task: str, framework: str, params, environment: dict, precision: str,
-         compilation: str, status: str = "unsupported", variant: str = ""):
-    """Write the record of a combination that cannot run (with `record_path` None, only say so), then
-    raise Unsupported, which ends the notebook: nothing runs as something it was not asked to be."""
-    from support import records    # records imports numpy-free modules only; imported here to avoid a cycle
-
-    if status not in STATUSES:
-        raise ValueError(f"status {status!r} is not one of {', '.join(STATUSES)}")
-    records.write_stopped(record_path, task=task, framework=framework, params=params, environment=environment,
-                          precision=precision, compilation=compilation, status=status, reason=reason,
-                          variant=variant)
-    raise Unsupported(f"{status.replace('_', ' ')}: {reason}")

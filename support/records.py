@@ -13,7 +13,7 @@ import math
 from pathlib import Path
 
 from support import env, flops, tasks
-from support.precision import PRECISIONS, STATUSES as STOPPED
+from support.precision import PRECISIONS, STATUSES as STOPPED, Unsupported
 from support.files import atomic_write
 from support.params import as_dict
 from support.timing import describe
@@ -242,6 +242,17 @@ def write_stopped(path, *, task: str, framework: str, params, environment: dict,
     print(f"{task} / {framework}{' / ' + variant if variant else ''}: {status.replace('_', ' ')} "
           f"({precision}, compilation {compilation}): {reason}")
     return _save(path, record)
+
+
+def stop(path, reason: str, *, task: str, framework: str, params, environment: dict, precision: str,
+         compilation: str, status: str = "unsupported", variant: str = ""):
+    """Write the record of a combination that cannot run (with `path` None, only say so), then raise
+    support.precision.Unsupported, which ends the notebook: nothing runs as something it was not asked to be."""
+    if status not in STOPPED:
+        raise ValueError(f"status {status!r} is not one of {', '.join(STOPPED)}")
+    write_stopped(path, task=task, framework=framework, params=params, environment=environment,
+                  precision=precision, compilation=compilation, status=status, reason=reason, variant=variant)
+    raise Unsupported(f"{status.replace('_', ' ')}: {reason}")
 
 
 def read(path) -> dict:
