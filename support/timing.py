@@ -139,12 +139,20 @@ def steady_state(step: Callable[[], object], *, steps: int, repeats: int = MIN_R
         with watch.lap(samples):
             for _ in range(steps):
                 out = step()
-    per_step = [lap / steps for lap in watch.laps]
+    return steady_summary(watch.laps, steps=steps, warmup=warmup, samples=samples,
+                          losses=(first, float(loss(out))) if loss is not None else None)
+
+
+def steady_summary(laps, *, steps: int, warmup: int, samples: int = 0, losses: tuple | None = None) -> dict:
+    """The steady state's record from its repeats' times (`laps`, each `steps` steps), as `steady_state` returns
+    it; for a framework whose own loop runs the steps (Keras's `fit`) and times the repeats in its callbacks.
+    `losses`: (first, last), the loss on the batch before the first step and after the last."""
+    per_step = [lap / steps for lap in laps]
     result = {"unit": "step", **stats(per_step), "warmup_steps": warmup, "steps_per_repeat": steps,
               "warmup_s": [], "laps_s": per_step}
     result["samples_per_s"] = samples / result["median_s"] if samples and result["median_s"] > 0 else None
-    if loss is not None:
-        result.update(loss_first=first, loss_last=float(loss(out)))
+    if losses is not None:
+        result.update(loss_first=float(losses[0]), loss_last=float(losses[1]))
     return result
 
 

@@ -1,0 +1,143 @@
+"""The measurement part of every notebook: one module per framework, one shared core (this file).
+
+A notebook reads as its framework's tutorial first (data, model, training loop, evaluation, save, export);
+what only the benchmark needs comes after, under its `## Measurement` heading, in short calls into the
+module of its framework:
+
+    from support.measure import pytorch as measure        # imports torch; `support` itself stays numpy-only
+    bench = measure.start("cnn_cifar10", P, precision=precision, compilation=compilation,
+                          record_path=record_path, device=device)   # checks the variant; stops a run that cannot be
+    ...
+    with bench.epoch():             # in the training loop: one lap of the epoch timer, synchronised
+        ...
+    steps = bench.steady_state(lambda: train_step(xb, yb), loss=float)
+    bench.write(metrics={"accuracy": accuracy}, ...)
+
+This core is numpy and the standard library only (every kernel imports it); the framework modules add what
+differs: how the framework waits for its device (`sync`), describes its environment, counts its parameters,
+reads its weights for the initialisation check (support.init) and reports its device's peak memory.
+"""
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+from support import files, init as initial, precision as prec, records, timing
+from support.parity import agree  # noqa: F401  (re-exported: the save/load and ONNX agreement checks)
+
+
+class Bench:
+    """One notebook run's measurement: what it is (task, framework, variant, precision, compilation), the epoch
+    timer, the steady state, the sweep and the record. Made by a framework module's `start()`."""
+
+    def __init__(self, task: str, framework: str, P, *, precision: str, compilation: str, record_path,
+                 environment: dict, gpu: bool, sync=None, compilation_key: str | None = None, variant: str = ""):
+        prec.check(precision, compilation)
+        self.task, self.framework, self.P, self.variant = task, framework, P, variant
+        self.precision, self.record_path, self.environment, self.gpu, self.sync = (
+            precision, record_path, environment, gpu, sync)
+        self.compilation = prec.resolve(compilation, compilation_key or framework, task)
+        self.epochs = timing.Stopwatch("epoch", warmup=getattr(P, "warmup_epochs", 1), sync=sync)
+        self.steps_per_epoch = None
+        self.fields: dict = {}      # what the measurement part adds to the record (steps, sweep, checks)
+        reason = prec.device_reason(precision, gpu)
+        if reason:
+            self.stop(reason)
+
+    @property
+    def compiled(self) -> bool:
+        """Whether this run compiles (the `compilation` parameter, `auto` resolved to the framework's default)."""
+        return self.compilation == "on"
+
+    def stop(self, reason: str, status: str = "unsupported"):
+        """End the notebook here: write the record of a combination that cannot run and raise records.Unsupported."""
+        records.stop(self.record_path, reason, task=self.task, framework=self.framework, params=self.P,
+                     environment=self.environment, precision=self.precision, compilation=self.compilation,
+                     status=status, variant=self.variant)
+
+    def folder(self):
+        """The scratch folder for this run's saved model and exported graph: the project's cache, never home, one
+        folder per process (support.files.scratch), so two variants running at once keep apart."""
+        return files.scratch(self.task, self.framework)
+
+    # --- the learner's path: one line in the training loop ---------------------------------------------------
+    @contextmanager
+    def epoch(self, steps: int):
+        """One lap of the epoch timer around an epoch of `steps` training steps of the task's batch size
+        (synchronised at both ends). The laps give the record's time per epoch; the first is the warm-up."""
+        self.steps_per_epoch = steps
+        with self.epochs.lap(samples=steps * self.P.batch_size):
+            yield
+
+    # --- the measurement part ----------------------------------------------------------------------------------
+    def steady_state(self, step, *, loss=None, samples: int | None = None) -> dict:
+        """The training step's compute throughput on one batch in memory (support.timing.steady_state), with the
+        task's warm-up and repeats; `loss(out)` reads a step's loss as a float (the smoke tests' learning check)."""
+        P = self.P
+        steps = timing.steady_state(step, steps=P.steps_per_repeat, repeats=P.step_repeats, warmup=P.warmup_steps,
+                                    samples=P.batch_size if samples is None else samples, sync=self.sync, loss=loss)
+        print(timing.describe(steps))
+        self.fields["steps"] = steps
+        return steps
+
+    def sweep(self, make_step, batch_sizes: str, **kwargs) -> dict | None:
+        """The steady state at each batch size asked for (support.timing.sweep), within the task's time budget."""
+        result = timing.sweep(make_step, batch_sizes, budget_s=self.P.sweep_budget_s, sync=self.sync, **kwargs)
+        self.fields["sweep"] = result
+        return result
+
+    def agree(self, check: str, outputs, expected) -> dict:
+        """Two models' outputs on one batch (a restored model, the ONNX graph) within the run's precision."""
+        result = agree(check, outputs, expected, precision=self.precision)
+        self.fields.update(result)
+        return result
+
+    def unavailable(self, check: str, reason) -> dict:
+        """Record that an agreement check (e.g. "onnx": ONNX Runtime cannot run the exported graph) could not run,
+        and why (an exception or a sentence), in place of its comparison; printed in one line."""
+        self.fields[check] = {"unavailable": str(reason)}
+        print(f"{check}: unavailable: {reason}")
+        return self.fields[check]
+
+    def parity(self, outputs, weights, x) -> dict:
+        """This model's outputs on the shared weights against the numpy reference (support.parity)."""
+        from support import parity as shared
+
+        result = shared.compare(self.task, outputs, weights, x, precision=self.precision)
+        self.fields.update(result)
+        return result
+
+    def initialisation(self, arrays: dict, layout: str) -> dict:
+        """The initial weights' statistics per array, in the framework's names and layout ('oi': (out, in, ...)
+        like PyTorch, 'io': (..., in, out) like Keras), checked against the task's scheme (support.init)."""
+        stats = initial.stats(arrays, layout)
+        problems = initial.check(self.task, stats, self.P)
+        print(f"initialisation: {len(stats)} arrays, " + ("as the task's scheme says" if not problems
+                                                         else "NOT as the scheme says: " + "; ".join(problems)))
+        self.fields["init"] = stats
+        return stats
+
+    def compile_s(self, first_step_s: float) -> float | None:
+        """The compilation's time where this run compiles: its first step less a steady one."""
+        steps = self.fields.get("steps") or self.epochs.summary()
+        return timing.lazy_compile_s(first_step_s, steps) if self.compiled else None
+
+    def first_step_s(self) -> float:
+        """The first training step's time, from the epoch laps: the warm-up epoch less its other steps at the
+        steady epochs' pace (the input pipeline's share included; compilation and autotuning fall in it)."""
+        summary = self.epochs.summary()
+        n = self.steps_per_epoch or 1
+        warm = summary["warmup_s"][0] if summary["warmup_s"] else summary["median_s"]
+        # at least one steady step: on a loaded machine the warm-up epoch can run faster than the median one
+        return max(warm - (n - 1) / n * summary["median_s"], summary["median_s"] / n)
+
+    def write(self, *, metrics: dict, curve, data: str, n_parameters: int, device_peak_bytes=None,
+              first_step_s: float | None = None, timing_summary: dict | None = None, **extra) -> dict:
+        """Write this run's record for the runner (with record_path None, only print it)."""
+        first = self.first_step_s() if first_step_s is None else first_step_s
+        return records.write(self.record_path, task=self.task, framework=self.framework, params=self.P, data=data,
+                             timing=timing_summary or self.epochs.summary(), steps=self.fields.get("steps"),
+                             first_step_s=first, curve=curve, metrics=metrics, n_parameters=n_parameters,
+                             environment=self.environment, device_peak_bytes=device_peak_bytes,
+                             precision=self.precision, compilation=self.compilation, compile_s=self.compile_s(first),
+                             sweep=self.fields.get("sweep"), variant=self.variant,
+                             extra={k: v for k, v in {**self.fields, **extra}.items() if k not in ("steps", "sweep")})

@@ -1,0 +1,75 @@
+"""Chainer's measurement plumbing (support.measure): its synchronisation, environment, weights and memory.
+
+    from support.measure import chainer as measure
+    bench = measure.start("cnn_cifar10", P, device, precision=precision, compilation=compilation,
+                          record_path=record_path)
+
+CuPy and NVIDIA's libraries read their TF32 switches (CUPY_TF32, NVIDIA_TF32_OVERRIDE) when Chainer imports CuPy,
+so a notebook sets them before it imports Chainer or this module.
+"""
+from __future__ import annotations
+
+import chainer
+import numpy as np
+
+from support import env
+from support.measure import Bench
+
+# Chainer is define-by-run: each function runs as Python calls it, and nothing compiles a graph.
+NO_COMPILER = "Chainer is define-by-run and has no graph compiler: each function runs as Python calls it"
+
+
+def framework_reason(precision: str, gpu: bool) -> str | None:
+    """Why Chainer cannot compute in `precision` (None where it can): numpy and CuPy have no bfloat16 type,
+    and CuPy before 8 has no TF32 switch for its own matrix products."""
+    if precision == "bf16":
+        try:
+            np.dtype("bfloat16")
+        except TypeError as err:
+            return (f"Chainer computes in numpy arrays (CuPy's on a GPU), and neither has a bfloat16 type: "
+                    f"numpy.dtype('bfloat16') raises TypeError: {err}; Chainer's only mixed precision is float16 "
+                    "(chainer.mixed16)")
+    if precision == "tf32" and gpu:
+        cupy = chainer.backends.cuda.cupy
+        if int(cupy.__version__.split(".")[0]) < 8:
+            return f"CuPy {cupy.__version__} has no TF32 switch for its matrix products (CUPY_TF32 came with CuPy 8)"
+    return None
+
+
+def start(task: str, P, device, *, precision: str, compilation: str, record_path, variant: str = "") -> Bench:
+    """The run's Bench: prints Chainer's versions and device, checks `precision` and `compilation`, and ends the
+    notebook (with its record) where this device or Chainer cannot run them (bf16; compilation "on": not
+    applicable). CuPy runs asynchronously: on a GPU every lap waits for the device before reading the clock."""
+    gpu = isinstance(device, chainer.backend.GpuDevice)
+    info = env.describe(chainer)
+    env.show(info)
+    bench = Bench(task, "chainer", P, precision=precision, compilation=compilation, record_path=record_path,
+                  environment=info, gpu=gpu, sync=device.device.synchronize if gpu else None, variant=variant)
+    reason = framework_reason(precision, gpu)
+    if reason:
+        bench.stop(reason)
+    if bench.compiled:
+        bench.stop(NO_COMPILER, status="not_applicable")
+    return bench
+
+
+def initial_weights(bench: Bench, model: chainer.Link) -> dict:
+    """The initialisation check (support.init) on a freshly built model's parameters, by their paths in the
+    model (`conv1/W`, `gru/0/w3`), in Chainer's (out, in, ...) layout."""
+    return bench.initialisation({name.lstrip("/"): chainer.backends.cuda.to_cpu(p.array)
+                                 for name, p in model.namedparams()}, "oi")
+
+
+def n_parameters(model: chainer.Link) -> int:
+    return sum(p.size for p in model.params())
+
+
+def device_peak_bytes(bench: Bench) -> int | None:
+    """The size of CuPy's memory pool on a GPU (the pool keeps what it allocated during the run, so its size is
+    the peak); None on the CPU, where records.write adds the host's peak."""
+    return chainer.backends.cuda.cupy.get_default_memory_pool().total_bytes() if bench.gpu else None
+
+
+def write(bench: Bench, model: chainer.Link, **fields) -> dict:
+    """The run's record, with the model's parameter count and the device's peak memory."""
+    return bench.write(n_parameters=n_parameters(model), device_peak_bytes=device_peak_bytes(bench), **fields)

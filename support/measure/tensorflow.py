@@ -1,0 +1,58 @@
+"""TensorFlow's measurement plumbing (support.measure): its synchronisation, environment, weights and memory.
+
+    from support.measure import tensorflow as measure
+    bench = measure.start("cnn_cifar10", P, gpu=bool(gpus), precision=precision, compilation=compilation,
+                          record_path=record_path)
+
+The notebook sets KERAS_BACKEND before it imports TensorFlow (tf.keras is Keras 3); this module imports
+TensorFlow after it, and only the TensorFlow notebooks import this module.
+"""
+from __future__ import annotations
+
+import numpy as np
+import tensorflow as tf
+
+from support import env
+from support.measure import Bench
+
+
+def start(task: str, P, *, gpu: bool, precision: str, compilation: str, record_path, variant: str = "") -> Bench:
+    """The run's Bench: prints TensorFlow's versions and devices, checks `precision` and `compilation`, and
+    ends the notebook (with its record) where this device cannot run them. On a GPU a `tf.function` call
+    returns once its kernels are queued, so every lap waits for the devices with
+    `tf.test.experimental.sync_devices` before reading the clock (on the CPU the calls finish before they
+    return: no wait)."""
+    info = env.describe(tf)
+    env.show(info)
+    return Bench(task, "tensorflow", P, precision=precision, compilation=compilation, record_path=record_path,
+                 environment=info, gpu=gpu, sync=tf.test.experimental.sync_devices if gpu else None,
+                 variant=variant)
+
+
+def on_device(bench: Bench, *arrays) -> tuple:
+    """Copies of numpy arrays as tensors on the run's device (the steady state's and the sweep's batch, held
+    in device memory so that the step times no host-to-device copy)."""
+    with tf.device("/GPU:0" if bench.gpu else "/CPU:0"):
+        return tuple(tf.identity(a) for a in arrays)
+
+
+def initial_weights(bench: Bench, model: tf.keras.Model) -> dict:
+    """The initialisation check (support.init) on a freshly built model's weights, by their Keras paths, in
+    Keras's (..., in, out) layout."""
+    return bench.initialisation({w.path: np.asarray(w.numpy(), np.float32) for w in model.weights}, "io")
+
+
+def n_parameters(model: tf.keras.Model) -> int:
+    return int(sum(np.prod(w.shape) for w in model.trainable_weights))
+
+
+def device_peak_bytes(bench: Bench) -> int | None:
+    """TensorFlow's GPU allocator peak (None on the CPU, where records.write adds the host's peak)."""
+    return tf.config.experimental.get_memory_info("GPU:0")["peak"] if bench.gpu else None
+
+
+def write(bench: Bench, model: tf.keras.Model, **fields) -> dict:
+    """The run's record, with the model's trainable parameter count, the GPU's peak memory and whether the
+    steps ran through XLA (`jit_compile`, the record's extra field as before)."""
+    return bench.write(n_parameters=n_parameters(model), device_peak_bytes=device_peak_bytes(bench),
+                       jit_compile=bench.compiled, **fields)
