@@ -36,32 +36,35 @@ from scripts import report, suite  # noqa: E402
 from support.files import atomic_write  # noqa: E402
 
 TEMPLATES = Path(__file__).resolve().parent / "site_templates"
-LABELS = {"pytorch": "PyTorch", "tensorflow": "TensorFlow", "keras": "Keras 3", "jax": "JAX + Flax",
-          "mxnet": "MXNet", "chainer": "Chainer"}
 INTRODUCTION = "Introduction"       # the row for the cells above a notebook's first `## ` heading
 CONCEPT_TAG = "concept:"
 # The concordance's rows, in order: tag suffix -> what a learner looks up.
 CONCEPTS = {
+    "input-pipeline": "Input pipeline",
     "model": "Define the model",
+    "initialise": "Initialise the weights",
     "device": "Move to the device",
     "loss": "Loss",
     "gradient": "Gradients",
     "optimizer-step": "Optimizer step",
+    "training-loop": "Training loop",
     "train-mode": "Training mode",
     "eval-mode": "Evaluation mode",
     "no-grad": "Inference without gradients",
+    "metrics": "Metrics",
     "mixed-precision": "Mixed precision",
     "compile": "Compile",
     "data-parallel": "Data parallelism on several devices",
     "save": "Save",
     "load": "Load",
+    "resume": "Resume training",
     "export": "Export",
 }
 PYGMENTS_STYLE = "default"
 
 
-def label(framework: str) -> str:
-    return LABELS.get(framework, framework)
+def label(stem: str) -> str:
+    return suite.label(stem)
 
 
 def href(target: Path, out_dir: Path) -> str:
@@ -178,11 +181,11 @@ def latest_profile(rows: list[dict]) -> str | None:
     return max(dated, key=lambda r: r["date"])["profile"] if dated else report.headline_profile(rows)
 
 
-def runs(task: str, framework: str, task_rows: list[dict], machine_dir: Path, out_dir: Path) -> list[dict]:
+def runs(task: str, stem: str, task_rows: list[dict], machine_dir: Path, out_dir: Path) -> list[dict]:
     """One entry per run of a notebook (its variants) in the task's rows: status, error, executed copy."""
-    found = {r["variant"] or "": r for r in task_rows if r["framework"] == framework}
+    found = {r["variant"] or "": r for r in task_rows if r["framework"] == suite.notebook_framework(stem)}
     out = []
-    for parameters in suite.variants(task, framework):
+    for parameters in suite.stem_variants(task, stem):
         variant = suite.variant_label(parameters)
         r = found.get(variant) or {"status": "not run", "error": None, "executed_notebook": None}
         executed = machine_dir / r["executed_notebook"] if r["executed_notebook"] else None
@@ -195,7 +198,7 @@ def task_page(task: str, notebooks: Path, rows: list[dict], profile: str | None,
               render: Renderer) -> dict:
     """Everything a task page shows: results, columns (frameworks) and rows (sections)."""
     headings = [h[3:].strip() for h in suite.check_headings(task, notebooks)]
-    frameworks = [f for f in suite.FRAMEWORKS if (notebooks / task / f"{f}.ipynb").exists()]
+    frameworks = suite.stems(task, notebooks)     # one column per notebook (MXNet's Module API has its own)
     cells = {f: sections(notebooks / task / f"{f}.ipynb", render) for f in frameworks}
     titles = ([INTRODUCTION] if any(INTRODUCTION in c for c in cells.values()) else []) + headings
     task_rows = report.baseline([r for r in rows if r["task"] == task and r["profile"] == profile])
@@ -212,10 +215,10 @@ def task_page(task: str, notebooks: Path, rows: list[dict], profile: str | None,
     }
 
 
-def index_matrix(tasks: list[str], pages: dict[str, dict]) -> list[dict]:
+def index_matrix(tasks: list[str], pages: dict[str, dict], notebooks: Path = suite.NOTEBOOKS) -> list[dict]:
     """Rows = frameworks, cells = tasks: does the notebook exist, and how did each of its runs end."""
     matrix = []
-    for f in suite.FRAMEWORKS:
+    for f in dict.fromkeys(stem for task in tasks for stem in suite.stems(task, notebooks)):
         cells = []
         for task in tasks:
             column = next((c for c in pages[task]["columns"] if c["framework"] == f), None)
@@ -243,7 +246,7 @@ def build(machine_dir: Path, out_dir: Path | None = None, profile: str | None = 
     tasks = [t for t in suite.TASKS if any((notebooks / t).glob("*.ipynb"))]
     pages = {t: task_page(t, notebooks, rows, profile, machine_dir, out_dir, render) for t in tasks}
     tables = [concordance(pages[t], notebooks) for t in tasks]      # checked before anything is written
-    frameworks = [f for f in suite.FRAMEWORKS if any((notebooks / t / f"{f}.ipynb").exists() for t in tasks)]
+    frameworks = list(dict.fromkeys(stem for t in tasks for stem in suite.stems(t, notebooks)))
     environment = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True,
                                      undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
     common = {"tasks": [(t, pages[t]["title"]) for t in tasks], "machine": machine_dir.name, "profile": profile}
@@ -251,7 +254,7 @@ def build(machine_dir: Path, out_dir: Path | None = None, profile: str | None = 
     results_md = machine_dir / "results.md"
     profile_rows = [r for r in rows if r["profile"] == profile]
     atomic_write(out_dir / "index.html", environment.get_template("index.html").render(
-        common, matrix=index_matrix(tasks, pages), page="index",
+        common, matrix=index_matrix(tasks, pages, notebooks), page="index",
         provenance=render.markdown(report.provenance(profile_rows, machine_dir.name)) if profile_rows else "",
         results_md=href(results_md, out_dir) if results_md.exists() else None))
     for task, page in pages.items():

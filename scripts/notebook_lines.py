@@ -1,18 +1,24 @@
 #!/usr/bin/env python
-"""Count each notebook's code lines (the model's, in its `## Model` section, and the rest) and prose words.
+"""Count each notebook's code lines and prose words, and how much of the learner's path is measurement harness.
 
     python scripts/notebook_lines.py            # a markdown table, one row per notebook
     python scripts/notebook_lines.py --json     # the same as JSON
+    python scripts/notebook_lines.py --notebooks OTHER/notebooks   # another tree (e.g. an older commit's)
 
-A line counts when it holds code: blank lines and lines that are only a comment do not. The rest
-(the non-model lines) is what a reader wades through around the model: set-up, data, training,
-timing, checks, the record; the project tracks it so that boilerplate shrinks rather than grows.
-Words are the markdown cells' words, headings included: how much each notebook explains.
+A line counts when it holds code: blank lines and lines that are only a comment do not. A notebook has two parts:
+the learner's path (everything before its `## Measurement` heading, or the whole notebook where it has none) and the
+measurement part. In the learner's path a line is harness when its statement (continuation lines included) calls the
+measurement plumbing: the run's `bench`, a framework's `measure` module, or support's timing, records, precision, env,
+files and agreement checks (HARNESS); and every line of a section that only measures (HARNESS_SECTIONS: the older
+layout's timing, batch-size, parity and record sections, which sat in the reader's path).
+The issue's bar: at most 15% of the learner's path is harness. Words are the markdown cells' words, headings
+included; `words_before_model` counts those above `## Model` (the reader's way in).
 """
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -20,24 +26,56 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from scripts import suite  # noqa: E402
 
 MODEL_SECTION = "## Model"
+HARNESS = re.compile(r"\b(bench|measure|timing|records|prec|env|files)\.|\bagree\(|\bprecision_tolerance\b")
+HARNESS_SECTIONS = ("## Time the training", "## Batch size", "## Parity", "## Record")
+LIMIT = 0.15      # the largest share of harness lines the learner's path may have
+WORDS_BEFORE_MODEL = 300    # the most prose a reader meets before the model
 
 
-def code_lines(path: Path) -> dict[str, int]:
-    """{'model': n, 'other': n, 'words': n}: the code lines inside the `## Model` section and outside
-    it, and the words of the markdown cells."""
-    counts, section = {"model": 0, "other": 0, "words": 0}, None
+def statements(lines: list[str]) -> list[list[str]]:
+    """Code lines grouped into statements: a line that leaves a bracket open, or ends in a backslash, goes on."""
+    out, current, depth = [], [], 0
+    for line in lines:
+        current.append(line)
+        code = line.split("#", 1)[0]
+        depth += sum(code.count(c) for c in "([{") - sum(code.count(c) for c in ")]}")
+        if depth <= 0 and not code.rstrip().endswith("\\"):
+            out.append(current)
+            current, depth = [], 0
+    return out + ([current] if current else [])
+
+
+def code_lines(path: Path) -> dict[str, int | float]:
+    """{'model', 'learner', 'harness', 'measurement', 'words', 'words_before_model', 'harness_share'}: the code lines in
+    `## Model`, in the learner's path (the model's included), the harness lines among those, the measurement part's
+    code lines, the prose words, those before `## Model`, and harness / learner."""
+    counts = {"model": 0, "learner": 0, "harness": 0, "measurement": 0, "words": 0, "words_before_model": 0}
+    section, seen_model, measuring = None, False, False
     for cell in json.loads(Path(path).read_text())["cells"]:
         source = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
         if cell["cell_type"] == "markdown":
-            section = next((line.rstrip() for line in source.splitlines() if line.startswith("## ")), section)
-            counts["words"] += len(source.split())
+            headings = [line.rstrip() for line in source.splitlines() if line.startswith("## ")]
+            section = headings[-1] if headings else section
+            seen_model = seen_model or MODEL_SECTION in headings
+            measuring = measuring or suite.MEASUREMENT in headings
+            words = len(source.split())
+            counts["words"] += words
+            if not seen_model:
+                counts["words_before_model"] += words
         elif cell["cell_type"] == "code":
-            n = sum(1 for line in source.splitlines() if line.strip() and not line.strip().startswith("#"))
-            counts["model" if section == MODEL_SECTION else "other"] += n
+            lines = [line for line in source.splitlines() if line.strip() and not line.strip().startswith("#")]
+            if measuring:
+                counts["measurement"] += len(lines)
+                continue
+            counts["learner"] += len(lines)
+            counts["model"] += len(lines) if section == MODEL_SECTION else 0
+            counts["harness"] += len(lines) if section in HARNESS_SECTIONS else sum(
+                len(statement) for statement in statements(lines) if any(HARNESS.search(line) for line in statement))
+    counts["harness_share"] = round(counts["harness"] / counts["learner"], 3) if counts["learner"] else 0.0
     return counts
 
 
-def table(notebooks: Path = suite.NOTEBOOKS) -> dict[str, dict[str, int]]:
+def table(notebooks: Path = suite.NOTEBOOKS) -> dict[str, dict]:
     return {f"{path.parent.name}/{path.stem}": code_lines(path) for path in sorted(notebooks.glob("*/*.ipynb"))}
 
 
@@ -50,9 +88,12 @@ def main(argv=None) -> None:
     if args.json:
         print(json.dumps(counts, indent=1))
         return
-    print("| notebook | model lines | non-model lines | prose words |\n|---|---:|---:|---:|")
+    print("| notebook | model lines | learner's path lines | harness in it | share | measurement lines | words | "
+          "words before Model |\n|---|---:|---:|---:|---:|---:|---:|---:|")
     for name, n in counts.items():
-        print(f"| {name} | {n['model']} | {n['other']} | {n['words']} |")
+        flag = "" if n["harness_share"] <= LIMIT else " (over 15%)"
+        print(f"| {name} | {n['model']} | {n['learner']} | {n['harness']} | {100 * n['harness_share']:.0f}%{flag} | "
+              f"{n['measurement']} | {n['words']} | {n['words_before_model']} |")
 
 
 if __name__ == "__main__":

@@ -196,7 +196,7 @@ def parse_args(argv=None):
     args.timed = args.jobs == 1      # notebooks side by side share the machine: their times measure nothing
     # What every record of this run is made from besides its notebook and pins (see inputs()), found once.
     args.hardware = env.machine_name()
-    args.support = digest(*sorted((suite.ROOT / "support").glob("*.py")))
+    args.support = digest(*support_files())
     args.run_id = time.strftime("%Y%m%dT%H%M%S")
     args.machine = args.machine or args.hardware
     return args
@@ -268,10 +268,11 @@ def plan(args) -> list[Job]:
     jobs = []
     for task in args.tasks:
         for framework in args.frameworks:
-            notebook = args.notebooks / task / f"{framework}.ipynb"
-            if notebook.exists():
-                jobs += [Job(task, framework, run, notebook, matrix=matrix, data=args.data.get(task))
-                         for run in suite.variants(task, framework) for matrix in matrices(args, task, framework, run)]
+            for run in suite.variants(task, framework):
+                notebook = suite.notebook_path(task, framework, run, args.notebooks)   # a variant may be its own file
+                if notebook.exists():
+                    jobs += [Job(task, framework, run, notebook, matrix=matrix, data=args.data.get(task))
+                             for matrix in matrices(args, task, framework, run)]
     if not args.only:
         return jobs
     matches = {pattern: {job.key for job in jobs if fnmatch.fnmatchcase(job.key, pattern)} for pattern in args.only}
@@ -322,6 +323,11 @@ def resolve_profiles(jobs: list[Job], args) -> list[str]:
 
 
 # --- what a run is made from ------------------------------------------------------------------
+
+def support_files(root: Path = suite.ROOT) -> list[Path]:
+    """Every Python file under support/, its subpackages (support/measure/) included: a record's `support` input."""
+    return sorted((root / "support").rglob("*.py"))
+
 
 def digest(*paths: Path) -> str:
     """sha256 over the files' contents (a missing file counts as absent), 16 hex digits."""

@@ -15,7 +15,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
-from support import tasks  # noqa: E402  (standard library only)
+from support import frameworks, tasks  # noqa: E402  (standard library only)
 
 NOTEBOOKS = ROOT / "notebooks"
 VENVS = ROOT / ".venvs"
@@ -28,20 +28,13 @@ ENVIRONMENTS = {
     "legacy": "numpy 1.23.5: MXNet 1.9.1 and Chainer 7.8.1",
 }
 
-# framework -> environment whose kernel runs its notebooks, in the order tables show them.
-FRAMEWORKS = {
-    "pytorch": "modern",
-    "tensorflow": "modern",
-    "keras": "modern",
-    "jax": "modern",
-    "mxnet": "legacy",
-    "chainer": "legacy",
-}
+# framework -> environment whose kernel runs its notebooks, in the order tables show them (support/frameworks.py).
+FRAMEWORKS = {name: f.environment for name, f in frameworks.FRAMEWORKS.items()}
 
 # Frameworks whose data parallelism is one process per device, each running the whole notebook (PyTorch's
 # DistributedDataParallel): with `devices` above 1 the runner starts the notebook once per device under torchrun,
 # which tells each process its rank, as PyTorch launches any DDP program (scripts/papermill_rank.py).
-PROCESS_PER_DEVICE = {"pytorch"}
+PROCESS_PER_DEVICE = {name for name, f in frameworks.FRAMEWORKS.items() if f.process_per_device}
 
 TASKS = tasks.NAMES
 PROFILES = tasks.PROFILES
@@ -55,28 +48,21 @@ VARIANTS = {
     **{(name, "*"): ("mode", task.modes) for name, task in tasks.TASKS.items() if task.modes},
 }
 
+# Variants that are notebooks of their own rather than a parameter: (task, framework, parameter, value) -> the
+# notebook's file stem. The MXNet CNN's symbolic Module API reads as a different program from Gluon's, so it is
+# mxnet_module.ipynb, not branches in mxnet.ipynb: the runner runs that file for the variant api=module (without
+# passing `api`) and records it as framework mxnet, variant module.
+NOTEBOOK_VARIANTS = {("cnn_cifar10", "mxnet", "api", "module"): "mxnet_module"}
+NOTEBOOK_LABELS = {"mxnet_module": "MXNet Module"}
+
+
 # Does a framework's installed build see a GPU? Python run in its kernel's environment, printing
 # True or False; Keras asks its backend's framework. On a GPU machine `--profile auto` gives a
 # notebook `full` only where its framework says True, and says how to get the GPU build otherwise.
-GPU_PROBES = {
-    "pytorch": "import torch; print(torch.cuda.is_available())",
-    "tensorflow": "import tensorflow as tf; print(bool(tf.config.list_physical_devices('GPU')))",
-    "jax": "import jax; print(any(d.platform == 'gpu' for d in jax.devices()))",
-    "mxnet": "import mxnet as mx; print(mx.context.num_gpus() > 0)",
-    "chainer": "import chainer; print(chainer.backends.cuda.available)",
-}
-KERAS_BACKENDS = {"tensorflow": "tensorflow", "jax": "jax", "torch": "pytorch"}   # backend -> GPU_PROBES key
-GPU_BUILDS = {
-    "pytorch": "the pinned torch wheel carries CUDA: check the NVIDIA driver (torch.cuda.is_available() is False)",
-    "tensorflow": "requirements/modern.in pins tensorflow-cpu: swap it for tensorflow[and-cuda] of the same version "
-                  "and run `python3 scripts/setup_envs.py --lock modern`",
-    "jax": "requirements/modern.in pins CPU jax: add jax[cuda13] of the same version and run "
-           "`python3 scripts/setup_envs.py --lock modern`",
-    "mxnet": "requirements/legacy.in pins CPU mxnet: swap it for mxnet-cu112==1.9.1 and run "
-             "`python3 scripts/setup_envs.py --lock legacy`",
-    "chainer": "add the cupy wheel for your CUDA (e.g. cupy-cuda11x) to requirements/legacy.in and run "
-               "`python3 scripts/setup_envs.py --lock legacy`",
-}
+GPU_PROBES = {name: f.gpu_probe for name, f in frameworks.FRAMEWORKS.items() if f.gpu_probe}
+KERAS_BACKENDS = frameworks.KERAS_BACKENDS     # backend -> GPU_PROBES key
+GPU_BUILDS = {name: f.gpu_build for name, f in frameworks.FRAMEWORKS.items() if f.gpu_build}
+LABELS = {name: f.label for name, f in frameworks.FRAMEWORKS.items()}
 
 
 def gpu_probe_key(framework: str, parameters: dict) -> str:
@@ -92,8 +78,48 @@ def venv_python(env: str) -> Path:
     return VENVS / env / "bin" / "python"
 
 
-def notebook_path(task: str, framework: str) -> Path:
-    return NOTEBOOKS / task / f"{framework}.ipynb"
+def measure_module(framework: str) -> Path:
+    """The framework's measurement module (support/measure/<framework>.py), which its notebooks import."""
+    return ROOT / "support" / "measure" / f"{framework}.py"
+
+
+def notebook_stem(task: str, framework: str, run: dict | None = None) -> str:
+    """The file stem of the notebook that runs `framework`'s variant `run` of `task` (NOTEBOOK_VARIANTS)."""
+    for (t, f, name, value), stem in NOTEBOOK_VARIANTS.items():
+        if (t, f) == (task, framework) and (run or {}).get(name) == value:
+            return stem
+    return framework
+
+
+def notebook_path(task: str, framework: str, run: dict | None = None, notebooks: Path = NOTEBOOKS) -> Path:
+    return notebooks / task / f"{notebook_stem(task, framework, run)}.ipynb"
+
+
+def notebook_framework(stem: str) -> str:
+    """The framework a notebook's file stem belongs to ('mxnet_module' -> 'mxnet')."""
+    return next((f for (_, f, _, _), s in NOTEBOOK_VARIANTS.items() if s == stem), stem)
+
+
+def stems(task: str, notebooks: Path = NOTEBOOKS) -> list[str]:
+    """The task's notebooks that exist, as file stems, in table order (a framework's own notebook first)."""
+    out = []
+    for framework in FRAMEWORKS:
+        for run in variants(task, framework):
+            stem = notebook_stem(task, framework, run)
+            if stem not in out and (notebooks / task / f"{stem}.ipynb").exists():
+                out.append(stem)
+    return out
+
+
+def stem_variants(task: str, stem: str) -> list[dict]:
+    """The variants (papermill parameter sets) that the notebook `stem` of `task` runs."""
+    framework = notebook_framework(stem)
+    return [run for run in variants(task, framework) if notebook_stem(task, framework, run) == stem]
+
+
+def label(stem: str) -> str:
+    """How tables and the site name a framework or a notebook of its own ('MXNet Module')."""
+    return NOTEBOOK_LABELS.get(stem) or LABELS.get(stem, stem)
 
 
 def variants(task: str, framework: str) -> list[dict]:
@@ -132,12 +158,21 @@ def compilation_key(framework: str, parameters: dict) -> str:
     return f"keras-{parameters['backend']}" if framework == "keras" else framework
 
 
-def section_headings(path: Path) -> list[str]:
-    """The notebook's `## ` heading lines (its sections), in order, read with the standard library."""
+# A training notebook's two parts: the learner's path, which reads as the framework's own tutorial, then one
+# heading for the measurement (support/measure/), whose steps are `### ` subsections.
+LEARNER_PATH = ("## Parameters", "## Imports and versions", "## Data", "## Model", "## Train", "## Evaluate",
+                "## Save and load", "## Export to ONNX")
+MEASUREMENT = "## Measurement"
+
+
+def section_headings(path: Path, subsections: bool = False) -> list[str]:
+    """The notebook's `## ` heading lines (its sections), in order, read with the standard library; with
+    `subsections`, its `### ` lines too (the measurement part's steps)."""
     cells = json.loads(Path(path).read_text())["cells"]
     lines = ("".join(c["source"]) if isinstance(c["source"], list) else c["source"] for c in cells
              if c["cell_type"] == "markdown")
-    return [line.rstrip() for text in lines for line in text.splitlines() if line.startswith("## ")]
+    levels = ("## ", "### ") if subsections else ("## ",)
+    return [line.rstrip() for text in lines for line in text.splitlines() if line.startswith(levels)]
 
 
 def shown(path: Path) -> str:
@@ -147,19 +182,19 @@ def shown(path: Path) -> str:
 
 
 def check_headings(task: str, notebooks: Path = NOTEBOOKS) -> list[str]:
-    """PyTorch's section headings for a task, after checking that every notebook of the task has them,
-    in the same order; else a ValueError that names the notebook and the first heading that differs."""
+    """PyTorch's section headings (`## `) for a task, after checking that every notebook of the task has them and
+    its subsections (`### `), in the same order; else a ValueError naming the notebook and the first that differs."""
     reference_path = notebooks / task / "pytorch.ipynb"
     rule = "every notebook of a task needs pytorch's headings in pytorch's order"
     if not reference_path.exists():
         raise ValueError(f"{shown(reference_path)} is missing; {rule}")
-    reference = section_headings(reference_path)
+    reference = section_headings(reference_path, subsections=True)
     for path in sorted((notebooks / task).glob("*.ipynb")):
-        found = section_headings(path)
+        found = section_headings(path, subsections=True)
         for i, (mine, theirs) in enumerate(zip_longest(found, reference), start=1):
             if mine == theirs:
                 continue
             where = f"{shown(path)}: " + (f"heading {mine!r}" if mine else "no heading") + f" (position {i})"
             has = f"has {theirs!r}" if theirs else "has no more headings"
             raise ValueError(f"{where} where {shown(reference_path)} {has}; {rule}")
-    return reference
+    return [heading for heading in reference if heading.startswith("## ")]

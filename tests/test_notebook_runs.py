@@ -23,7 +23,7 @@ import os
 import pytest
 
 from scripts import run_all, suite
-from support import env, params, parity, precision, records, tasks, timing
+from support import env, init, params, parity, precision, records, tasks, timing
 from tests.test_runner import fake_calibrate
 
 # The smoke tier: {record key: the status it must end with}.
@@ -85,7 +85,8 @@ MATRIX_ARGS = ["--precision", "fp32,bf16,tf32", "--compilation", "auto,on,off", 
 TIERS = {"smoke": SMOKE, "matrix": MATRIX}
 
 # ONNX: (task, framework, Keras backend) -> the text of the error that keeps its exported graph from running in
-# ONNX Runtime (recorded by the notebook as {"onnx": {"unavailable": ...}}, and said in the notebook and README).
+# ONNX Runtime (recorded by the notebook as {"onnx": {"unavailable": ...}}, and said in the notebook and in
+# docs/save-load-onnx.md).
 JAX2ONNX_CONV = "parameters to jaxpr equations must have __hash__ and __eq__"      # nnx.Conv's explicit padding
 JAX2ONNX_POOL = "MaxPool node"                     # MaxPooling2D as a 4-D MaxPool that ONNX Runtime rejects
 ONNX_UNAVAILABLE = {
@@ -221,6 +222,18 @@ def test_each_training_run_fits_the_batch_its_steady_state_trains_on(request, ke
     assert learned, f"{JOBS[key].title}: {why}"
 
 
+@pytest.mark.parametrize("key", tier_params(lambda key: ran(key) and JOBS[key].task in init.SCHEMES))
+def test_each_model_starts_from_the_tasks_initial_distributions(request, key):
+    """Equal work starts from equal initial weights: every array of a freshly built model has the standard deviation
+    and mean that the task's scheme (support/init.py) gives it, in every framework."""
+    record, _ = record_of(request, key)
+    assert "init" in record, f"{JOBS[key].title} recorded no initialisation check (measure.initial_weights)"
+    P = params.load(record["task"], "tiny")
+    problems = init.check(record["task"], record["init"], P)
+    assert not problems, f"{JOBS[key].title}: " + "; ".join(problems)
+    assert len(record["init"]) >= 4
+
+
 @pytest.mark.parametrize("key", tier_params(lambda key: ran(key) and is_training(key)))
 def test_the_saved_model_loads_into_a_fresh_one_that_computes_the_same(request, private_cache, key):
     record, _ = record_of(request, key)
@@ -241,7 +254,8 @@ def test_the_exported_onnx_graph_computes_the_same_in_onnx_runtime(request, key)
     known = (ONNX_UNAVAILABLE_BF16 if record["precision"] == "bf16" else ONNX_UNAVAILABLE).get(line)
     if known:
         assert known in record["onnx"].get("unavailable", ""), (
-            f"{job.title} now exports ({record['onnx']}): drop its entry from ONNX_UNAVAILABLE(_BF16) and the README")
+            f"{job.title} now exports ({record['onnx']}): drop its entry from ONNX_UNAVAILABLE(_BF16) and "
+            "docs/save-load-onnx.md")
         pytest.xfail(f"{job.title}: {record['onnx']['unavailable']}")
     assert "unavailable" not in record["onnx"], f"{job.title}: {record['onnx']['unavailable']}"
     assert record["onnx"]["tolerance"] == precision.TOLERANCE[record["precision"]]
@@ -336,15 +350,15 @@ def test_the_smoke_tier_executes_every_notebook_and_every_notebook_variant():
              for job in through}
     missing = [f"{task}/{framework} {run or ''}".strip()
                for task in suite.TASKS for framework in suite.FRAMEWORKS
-               if suite.notebook_path(task, framework).exists()
                for run in suite.variants(task, framework)
-               if (task, framework, json.dumps({k: v for k, v in run.items() if k != "mode"})) not in lines]
+               if suite.notebook_path(task, framework, run).exists()
+               and (task, framework, json.dumps({k: v for k, v in run.items() if k != "mode"})) not in lines]
     missing += [f"{task} in mode {mode} in kernel {kernel}" for task, t in tasks.TASKS.items() for mode in t.modes
                 for kernel in suite.ENVIRONMENTS
                 if not any(job.task == task and job.parameters.get("mode") == mode and job.environment == kernel
                            for job in through)]
     assert not missing, f"no smoke execution covers: {', '.join(missing)}"
-    assert {(job.task, job.framework) for job in through} == {
+    assert {(job.task, job.notebook.stem) for job in through} == {
         (path.parent.name, path.stem) for path in suite.NOTEBOOKS.glob("*/*.ipynb")}
 
 

@@ -277,16 +277,47 @@ def test_every_task_of_the_registry_has_its_profiles_notebooks_and_shared_weight
     assert set(params._PROFILES) == set(tasks.NAMES)
     assert all(set(params._PROFILES[name]) == set(tasks.PROFILES) for name in tasks.NAMES)
     for name, task in tasks.TASKS.items():
-        assert {p.stem for p in (suite.NOTEBOOKS / name).glob("*.ipynb")} == set(suite.FRAMEWORKS), name
+        assert {suite.notebook_framework(p.stem) for p in (suite.NOTEBOOKS / name).glob("*.ipynb")} == set(suite.FRAMEWORKS), name
         if task.parity:
             weights, x = parity.load(name)
             assert weights and x.shape[0] > 0, name
     assert suite.variants("densenet_chestxray", "pytorch") == [{"mode": "loader"}, {"mode": "ram"}]
 
 
-def test_the_mxnet_cnn_runs_once_per_api():
+def test_one_registry_defines_each_framework_and_the_suite_reads_it():
+    from support import frameworks, precision
+
+    assert tuple(suite.FRAMEWORKS) == frameworks.NAMES
+    for name, f in frameworks.FRAMEWORKS.items():
+        assert f.environment in suite.ENVIRONMENTS and suite.label(name) == f.label
+        assert (suite.measure_module(name)).exists(), f"support/measure/{name}.py is missing"
+        if name == "keras":     # Keras asks its backend's framework, and its default is its backend's
+            assert set(frameworks.KERAS_BACKENDS.values()) <= set(suite.GPU_PROBES)
+            assert {f"keras-{b}" for b in frameworks.KERAS_BACKENDS} <= set(precision.DEFAULT_COMPILATION)
+        else:
+            assert suite.GPU_PROBES[name] == f.gpu_probe and precision.default(name) == f.compilation
+    assert suite.PROCESS_PER_DEVICE == {"pytorch"} and precision.default("pytorch", "resnet50_features") == "on"
+    with pytest.raises(ValueError, match="unknown framework 'theano'; choose from: pytorch, tensorflow"):
+        frameworks.get("theano")
+
+
+def test_the_support_input_covers_the_framework_measurement_modules():
+    files = {p.relative_to(suite.ROOT).as_posix() for p in run_all.support_files()}
+    assert {"support/timing.py", "support/measure/__init__.py", "support/measure/pytorch.py"} <= files
+
+
+def test_the_mxnet_cnn_runs_once_per_api_each_from_its_own_notebook(tmp_path):
     assert suite.variants("cnn_cifar10", "mxnet") == [{"api": "gluon"}, {"api": "module"}]
     assert suite.variants("gru_imdb", "mxnet") == [{}]
+    assert [suite.notebook_stem("cnn_cifar10", "mxnet", run) for run in suite.variants("cnn_cifar10", "mxnet")] == [
+        "mxnet", "mxnet_module"]
+    assert suite.notebook_framework("mxnet_module") == "mxnet" and suite.label("mxnet_module") == "MXNet Module"
+    assert suite.stem_variants("cnn_cifar10", "mxnet_module") == [{"api": "module"}]
+    args = run_all.parse_args(["--task", "cnn_cifar10", "--framework", "mxnet", "--profile", "tiny",
+                               "--results", str(tmp_path), "--machine", "box"])
+    jobs = run_all.plan(args)
+    assert [(job.variant, job.notebook.name) for job in jobs] == [("gluon", "mxnet.ipynb"), ("module", "mxnet_module.ipynb")]
+    assert all("api" not in run_all.notebook_parameters(job, args, tmp_path / "r.json") for job in jobs)
 
 
 def test_parity_is_passed_only_to_the_notebooks_that_have_the_step(tmp_path):
