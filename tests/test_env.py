@@ -56,7 +56,7 @@ def test_dirty_means_the_projects_sources_differ_not_what_the_runner_writes(tmp_
 
 
 def test_the_users_dataset_settings_do_not_reach_the_tests(tmp_path):
-    """A user who set DLROSETTA_CHESTXRAY to real data (as the README says) and DLROSETTA_CACHE to a
+    """A user who set DLROSETTA_CHESTXRAY to real data (as docs/data.md says) and DLROSETTA_CACHE to a
     cache holding CIFAR-10 still gets the tests' own synthetic, offline world."""
     real = tmp_path / "chestxray14"
     data.write_synthetic_chestxray(real, n_train=4, n_test=2, px=16)     # a 'real' dataset in the real format
