@@ -71,7 +71,7 @@ def test_a_row_outside_the_band_is_flagged_not_hidden(tmp_path):
     rows = report.build(tmp_path)
     bands = {r["framework"]: r["band"] for r in rows}
     assert bands == {"pytorch": "in", "tensorflow": "in", "jax": "in", "mxnet": "outside"}
-    assert report.flagged(rows) == ["cnn_cifar10/mxnet (tiny): accuracy 0.800 (mean of the last 2 epochs) is more "
+    assert report.flagged(rows) == ["cnn_cifar10/mxnet (tiny): accuracy 0.800 (the better of its last 2 epochs) is more "
                                     "than 0.05 from the median 0.905 of the frameworks"]
     md = (tmp_path / "results.md").read_text()
     assert "| 0.800 **outside band** |" in md and "| 0.910 |" in md
@@ -359,15 +359,17 @@ def test_an_error_with_pipes_and_newlines_stays_in_its_cell(tmp_path):
     assert cells(next(line for line in table if line.startswith("| jax |"))) == cells(readme_header)
 
 
-def test_the_band_judges_the_mean_of_the_last_epochs_not_one_epochs_dip(tmp_path):
+def test_the_band_judges_the_better_of_the_last_epochs_not_one_epochs_dip(tmp_path):
     # Chainer's GRU once ended on one seed's dip: here 0.77 after 0.86, outside by its last epoch alone; judged on
-    # the mean of its last two epochs it stays in the band; a framework that learns worse is low in both and stays flagged.
+    # the better of its last two epochs it stays in the band; a framework that learns worse is low in both and stays
+    # flagged, and a curve still rising is judged by its end (MXNet's Module CNN: 0.642 then 0.800).
     for framework, curve in (("pytorch", [0.60, 0.84, 0.85]), ("tensorflow", [0.62, 0.83, 0.84]),
-                             ("jax", [0.61, 0.85, 0.86]), ("chainer", [0.60, 0.86, 0.77]), ("mxnet", [0.50, 0.62, 0.64])):
+                             ("jax", [0.61, 0.85, 0.86]), ("chainer", [0.60, 0.86, 0.77]), ("mxnet", [0.50, 0.62, 0.64]),
+                             ("keras", [0.40, 0.70, 0.84])):
         write(tmp_path, framework, curve[-1], task="gru_imdb", curve=curve)
     rows = report.build(tmp_path)
     assert {r["framework"]: r["band"] for r in rows} == {"pytorch": "in", "tensorflow": "in", "jax": "in",
-                                                        "chainer": "in", "mxnet": "outside"}
+                                                        "chainer": "in", "mxnet": "outside", "keras": "in"}
     assert [line.split(":")[0] for line in report.flagged(rows)] == ["gru_imdb/mxnet (tiny)"]
 
 
