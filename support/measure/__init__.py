@@ -5,13 +5,13 @@ what only the benchmark needs comes after, under its `## Measurement` heading, i
 module of its framework:
 
     from support.measure import pytorch as measure        # imports torch; `support` itself stays numpy-only
-    bench = measure.start("cnn_cifar10", P, precision=precision, compilation=compilation,
-                          record_path=record_path, device=device)   # checks the variant; stops a run that cannot be
+    bench = measure.start("cnn_cifar10", P, device, precision=precision, compilation=compilation,
+                          record_path=record_path)   # checks the variant; stops a run that cannot be
     ...
-    with bench.epoch():             # in the training loop: one lap of the epoch timer, synchronised
+    with bench.epoch(len(train_loader)):    # in the training loop: one lap of the epoch timer, synchronised
         ...
-    steps = bench.steady_state(lambda: train_step(xb, yb), loss=float)
-    bench.write(metrics={"accuracy": accuracy}, ...)
+    steps = bench.steady_state(lambda: train_step(xb, yb), loss=torch.Tensor.item)
+    measure.write(bench, model, metrics={"accuracy": accuracy}, curve=curve, data=ds.kind)
 
 This core is numpy and the standard library only (every kernel imports it); the framework modules add what
 differs: how the framework waits for its device (`sync`), describes its environment, counts its parameters,
@@ -69,14 +69,15 @@ class Bench:
             yield
 
     # --- the measurement part ----------------------------------------------------------------------------------
-    def steady_state(self, step, *, loss=None, samples: int | None = None) -> dict:
+    def steady_state(self, step, *, loss=None, samples: int | None = None, name: str = "steps") -> dict:
         """The training step's compute throughput on one batch in memory (support.timing.steady_state), with the
-        task's warm-up and repeats; `loss(out)` reads a step's loss as a float (the smoke tests' learning check)."""
+        task's warm-up and repeats; `loss(out)` reads a step's loss as a float (the smoke tests' learning check).
+        Recorded under `name`: "steps" for the notebook's step, another name for a variant of it."""
         P = self.P
         steps = timing.steady_state(step, steps=P.steps_per_repeat, repeats=P.step_repeats, warmup=P.warmup_steps,
                                     samples=P.batch_size if samples is None else samples, sync=self.sync, loss=loss)
-        print(timing.describe(steps))
-        self.fields["steps"] = steps
+        print((f"{name}: " if name != "steps" else "") + timing.describe(steps))
+        self.fields[name] = steps
         return steps
 
     def sweep(self, make_step, batch_sizes: str, **kwargs) -> dict | None:
@@ -130,12 +131,11 @@ class Bench:
         # at least one steady step: on a loaded machine the warm-up epoch can run faster than the median one
         return max(warm - (n - 1) / n * summary["median_s"], summary["median_s"] / n)
 
-    def write(self, *, metrics: dict, curve, data: str, n_parameters: int, device_peak_bytes=None,
-              first_step_s: float | None = None, timing_summary: dict | None = None, **extra) -> dict:
+    def write(self, *, metrics: dict, curve, data: str, n_parameters: int, device_peak_bytes=None, **extra) -> dict:
         """Write this run's record for the runner (with record_path None, only print it)."""
-        first = self.first_step_s() if first_step_s is None else first_step_s
+        first = self.first_step_s()
         return records.write(self.record_path, task=self.task, framework=self.framework, params=self.P, data=data,
-                             timing=timing_summary or self.epochs.summary(), steps=self.fields.get("steps"),
+                             timing=self.epochs.summary(), steps=self.fields.get("steps"),
                              first_step_s=first, curve=curve, metrics=metrics, n_parameters=n_parameters,
                              environment=self.environment, device_peak_bytes=device_peak_bytes,
                              precision=self.precision, compilation=self.compilation, compile_s=self.compile_s(first),

@@ -12,7 +12,7 @@ import jax
 import numpy as np
 from flax import nnx
 
-from support import env, timing
+from support import env
 from support.measure import Bench
 
 NOT_COMPILED = ("JAX compiles every step by construction: jax.jit makes it one XLA computation, and "
@@ -67,13 +67,11 @@ def device_peak_bytes(bench: Bench) -> int | None:
 def variant(bench: Bench, name: str, step, *, loss=None) -> dict:
     """The steady state of a faster hand-written variant of the training step, beside the library's (run
     bench.steady_state first): recorded under `name` with its speed-up over the library's step."""
-    P = bench.P
-    steps = timing.steady_state(step, steps=P.steps_per_repeat, repeats=P.step_repeats, warmup=P.warmup_steps,
-                                samples=P.batch_size, sync=bench.sync, loss=loss)
+    steps = bench.steady_state(step, loss=loss, name=name)
     base = bench.fields.get("steps", {}).get("median_s")
     steps["speedup"] = base / steps["median_s"] if base and steps["median_s"] > 0 else None
-    print(f"{name}: " + timing.describe(steps) + (f"; {steps['speedup']:.2f}x the library's step" if steps["speedup"] else ""))
-    bench.fields[name] = steps
+    if steps["speedup"]:
+        print(f"{name}: {steps['speedup']:.2f}x the library's step")
     return steps
 
 
