@@ -163,6 +163,14 @@ def compilation_key(framework: str, parameters: dict) -> str:
 LEARNER_PATH = ("## Parameters", "## Imports and versions", "## Data", "## Model", "## Train", "## Evaluate",
                 "## Save and load", "## Export to ONNX")
 MEASUREMENT = "## Measurement"
+# ResNet-50 trains nothing: its learner's path extracts features, then exports the model.
+LEARNER_PATHS = {"resnet50_features": ("## Parameters", "## Imports and versions", "## Data", "## Model",
+                                       "## Extract features", "## Export to ONNX")}
+
+
+def learner_path(task: str) -> tuple:
+    """The `## ` headings of a task's learner's path, in order (the measurement heading follows them)."""
+    return LEARNER_PATHS.get(task, LEARNER_PATH)
 
 
 def section_headings(path: Path, subsections: bool = False) -> list[str]:

@@ -10,6 +10,11 @@ visibly slower from PyTorch's, so equal work starts from equal distributions:
 - GRU: the embedding U(+-0.05); the input weights Glorot uniform and the recurrent weights orthogonal, each
   over the three gates' matrices stacked as one (Keras's and PyTorch's storage: (in, 3h) or (3h, in)); zero
   biases; the dense head Glorot uniform with a zero bias. (Keras's defaults.)
+- DenseNet-121 and ResNet-50: He (Kaiming) normal convolutions over the fan-in, std sqrt(2 / fan_in) (a
+  truncated normal rescaled to that spread, as Keras and Flax draw it, passes too); batch norm's scale 1 and
+  shift 0 (its running mean 0 and variance 1, where a framework lists them); DenseNet-121's 14-way head Glorot
+  uniform with a zero bias. (torchvision's DenseNet-121 default, and Keras's ResNet-50 He normal, but over
+  the fan-in, not torchvision's ResNet fan-out.)
 
 For a convolution the fans count the receptive field: fan_in = in_channels * kh * kw, fan_out =
 out_channels * kh * kw. A framework module reads its model's arrays (`stats`) in its own names and layout,
@@ -21,6 +26,7 @@ numpy only.
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 
@@ -35,7 +41,14 @@ SCHEMES = {
     "cnn_cifar10": "Glorot uniform weights (convolutions and dense layers), zero biases",
     "gru_imdb": "embedding U(+-0.05); input weights Glorot uniform and recurrent weights orthogonal over the "
                 "stacked gates; dense head Glorot uniform; zero biases",
+    "densenet_chestxray": "He normal convolutions (fan-in); batch norm scale 1, shift 0; dense head Glorot "
+                          "uniform, zero bias",
+    "resnet50_features": "He normal convolutions (fan-in); batch norm scale 1, shift 0",
 }
+# A one-dimensional array of a batch-normalised network is a batch norm's scale (gamma: 1), shift (beta: 0), running
+# statistics (mean 0, variance 1) or a bias (0): the array's last name says which, in every framework's names
+# (PyTorch's `norm1.weight`, Keras's `gamma` and `moving_variance`, Flax's `scale` and `var`, MXNet's `running_var`).
+ONES = re.compile(r"(gamma|scale|weight|var(iance)?)$", re.IGNORECASE)
 
 
 def fans(shape, layout: str) -> tuple[int, int]:
@@ -82,6 +95,12 @@ def _role(task: str, name: str, entry: dict, P) -> tuple[str, float]:
     """(role, the standard deviation the task's scheme gives it) for one array's statistics: a bias by its
     name or its one dimension (Keras's GRU keeps its two bias vectors as one (2, 3h) array)."""
     shape = entry["shape"]
+    if task in ("densenet_chestxray", "resnet50_features"):
+        if len(shape) == 1:
+            return ("one", 1.0) if ONES.search(name.rstrip("]'\" ")) else ("bias", 0.0)
+        if len(shape) == 4:
+            return "convolution", math.sqrt(2.0 / entry["fan_in"])
+        return "dense", glorot_std(entry["fan_in"], entry["fan_out"])
     if len(shape) == 1 or "bias" in name.lower():
         return "bias", 0.0
     if task == "cnn_cifar10":
@@ -111,6 +130,11 @@ def check(task: str, found: dict, P) -> list[str]:
     problems = []
     for name, entry in found.items():
         role, std = _role(task, name, entry, P)
+        if role == "one":
+            if entry["std"] != 0.0 or entry["mean"] != 1.0:
+                problems.append(f"{name} {tuple(entry['shape'])}: a batch norm's scale (or running variance) starts "
+                                f"at one, not mean {entry['mean']:.3g} std {entry['std']:.3g}")
+            continue
         if role == "bias":
             if entry["std"] != 0.0 or entry["mean"] != 0.0:
                 problems.append(f"{name} {tuple(entry['shape'])}: a bias starts at zero, not mean {entry['mean']:.3g} "

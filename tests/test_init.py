@@ -108,5 +108,56 @@ def test_per_gate_orthogonal_blocks_are_told_from_the_stacked_scheme():
 
 
 def test_a_task_without_a_scheme_is_one_line():
-    with pytest.raises(ValueError, match="no initialisation scheme for task 'resnet50_features'"):
-        init.check("resnet50_features", init.stats({"w": np.ones((4, 4))}, "oi"), CNN)
+    with pytest.raises(ValueError, match="no initialisation scheme for task 'vit_imagenet'"):
+        init.check("vit_imagenet", init.stats({"w": np.ones((4, 4))}, "oi"), CNN)
+
+
+DENSENET = params.load("densenet_chestxray", "tiny")
+# a few arrays of a batch-normalised network, in each framework's names: PyTorch, Keras, Flax, MXNet, Chainer
+BATCH_NORM_ONES = ["features.norm0.weight", "conv1_bn/gamma", "bn.scale", "densenet0_stage1_batchnorm0_gamma",
+                   "/features/norm0/gamma", "conv1_bn/moving_variance", "bn.var", "densenet0_batchnorm0_running_var"]
+BATCH_NORM_ZEROS = ["features.norm0.bias", "conv1_bn/beta", "bn.bias", "densenet0_batchnorm0_beta",
+                    "conv1_bn/moving_mean", "bn.mean", "densenet0_batchnorm0_running_mean", "classifier.bias"]
+
+
+def he_normal(shape, fan_in, truncated=False):
+    std = math.sqrt(2 / fan_in)
+    if not truncated:
+        return RNG.normal(0, std, shape)
+    # Keras's and Flax's truncated normal: cut at 2 standard deviations, rescaled to the same spread
+    draws = RNG.normal(0, 1, (int(np.prod(shape)) * 2,))
+    draws = draws[np.abs(draws) < 2][:int(np.prod(shape))]
+    return (draws / 0.87962566103423978 * std).reshape(shape)
+
+
+def batch_normalised(conv, head=True):
+    arrays = {"conv0.weight": conv((64, 3, 7, 7), 147), "conv1.weight": conv((128, 64, 1, 1), 64)}
+    arrays.update({name: np.ones(64) for name in BATCH_NORM_ONES})
+    arrays.update({name: np.zeros(64) for name in BATCH_NORM_ZEROS})
+    if head:
+        arrays["classifier.weight"] = glorot((14, 1024), 1024, 14)
+    return arrays
+
+
+@pytest.mark.parametrize("task", ["densenet_chestxray", "resnet50_features"])
+@pytest.mark.parametrize("truncated", [False, True])
+def test_he_normal_convolutions_batch_norm_at_one_and_zero_and_a_glorot_head_pass(task, truncated):
+    arrays = batch_normalised(lambda shape, fan_in: he_normal(shape, fan_in, truncated), head=task != "resnet50_features")
+    assert init.check(task, init.stats(arrays, "oi"), DENSENET) == []
+
+
+def test_torchvisions_resnet_fan_out_convolutions_and_a_pytorch_default_head_are_named():
+    arrays = batch_normalised(lambda shape, fan_in: he_normal(shape, fan_in))
+    arrays["conv1.weight"] = RNG.normal(0, math.sqrt(2 / 128), (128, 64, 1, 1))   # fan-out: 128 * 1 * 1
+    arrays["classifier.weight"] = pytorch_default((14, 1024), 1024)
+    problems = init.check("densenet_chestxray", init.stats(arrays, "oi"), DENSENET)
+    assert [p.split(" ")[0] for p in problems] == ["conv1.weight", "classifier.weight"], problems
+
+
+def test_a_batch_norm_scale_at_zero_or_a_shift_at_one_is_named():
+    arrays = batch_normalised(lambda shape, fan_in: he_normal(shape, fan_in))
+    arrays["conv1_bn/gamma"] = np.zeros(64)
+    arrays["conv1_bn/beta"] = np.ones(64)
+    problems = init.check("densenet_chestxray", init.stats(arrays, "oi"), DENSENET)
+    assert problems == ["conv1_bn/gamma (64,): a batch norm's scale (or running variance) starts at one, not mean 0 std 0",
+                        "conv1_bn/beta (64,): a bias starts at zero, not mean 1 std 0"]

@@ -43,13 +43,9 @@ def test_every_notebook_of_a_task_declares_the_registrys_parameters(task):
 @pytest.mark.parametrize("task", suite.TASKS)
 def test_notebooks_of_a_task_share_their_headings(task):
     reference = suite.check_headings(task)      # raises, naming the notebook and the heading, where one differs
-    if suite.MEASUREMENT in reference:          # the learner's path, then the measurement part
-        assert tuple(reference) == suite.LEARNER_PATH + (suite.MEASUREMENT,)
-        steps = suite.section_headings(suite.notebook_path(task, "pytorch"), subsections=True)[len(reference):]
-        assert "### Batch size" in steps and steps[-1] == "### Record"
-    else:   # DenseNet-121 and ResNet-50 until they are rewritten the same way (issue 29)
-        assert reference[:4] == ["## Parameters", "## Imports and versions", "## Precision and compilation", "## Data"]
-        assert "## Batch size" in reference and reference[-1] == "## Record"
+    assert tuple(reference) == suite.learner_path(task) + (suite.MEASUREMENT,)   # the learner's path, then measurement
+    steps = suite.section_headings(suite.notebook_path(task, "pytorch"), subsections=True)[len(reference):]
+    assert steps[0] == "### Initialisation" and "### Batch size" in steps and steps[-1] == "### Record"
 
 
 def test_a_misaligned_heading_is_named_with_its_notebook(tmp_path):
@@ -93,8 +89,6 @@ def test_a_notebooks_learners_path_is_at_most_15_percent_harness(path):
     """Issue 29's bar, for every notebook already split into the learner's path and the measurement part."""
     from scripts import notebook_lines
 
-    if suite.MEASUREMENT not in suite.section_headings(path):
-        pytest.skip("DenseNet-121 and ResNet-50 keep the older layout until they are rewritten (issue 29)")
     counts = notebook_lines.code_lines(path)
     assert counts["harness_share"] <= notebook_lines.LIMIT, counts
     assert counts["words_before_model"] <= notebook_lines.WORDS_BEFORE_MODEL, counts

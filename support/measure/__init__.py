@@ -80,6 +80,25 @@ class Bench:
         self.fields[name] = steps
         return steps
 
+    # --- inference (ResNet-50): the first call, then batches ------------------------------------------------
+    def first_call(self, fn):
+        """Call `fn` once, timed on its own (synchronised), and return its result: the first batch pays for
+        compilation and kernel selection. Recorded as the run's first step."""
+        out, seconds = timing.timed(fn, sync=self.sync)
+        self.fields["first_step_s"] = seconds
+        print(f"first call {seconds:.3g} s" + (" (compilation included)" if self.compiled else ""))
+        return out
+
+    def throughput(self, fn, *, samples: int | None = None) -> dict:
+        """Inference throughput: `fn` (one batch, on the device) timed per call after the task's warm-up
+        batches (support.timing.benchmark), as the record's timing: latency per batch and images per second."""
+        P = self.P
+        summary = timing.benchmark(fn, repeats=P.n_batches, warmup=P.warmup_batches,
+                                   samples=P.batch_size if samples is None else samples, sync=self.sync)
+        print(timing.describe(summary))
+        self.fields["timing"] = summary
+        return summary
+
     def sweep(self, make_step, batch_sizes: str, **kwargs) -> dict | None:
         """The steady state at each batch size asked for (support.timing.sweep), within the task's time budget."""
         result = timing.sweep(make_step, batch_sizes, budget_s=self.P.sweep_budget_s, sync=self.sync, **kwargs)
@@ -119,7 +138,7 @@ class Bench:
 
     def compile_s(self, first_step_s: float) -> float | None:
         """The compilation's time where this run compiles: its first step less a steady one."""
-        steps = self.fields.get("steps") or self.epochs.summary()
+        steps = self.fields.get("steps") or self.fields.get("timing") or self.epochs.summary()
         return timing.lazy_compile_s(first_step_s, steps) if self.compiled else None
 
     def first_step_s(self) -> float:
@@ -131,13 +150,16 @@ class Bench:
         # at least one steady step: on a loaded machine the warm-up epoch can run faster than the median one
         return max(warm - (n - 1) / n * summary["median_s"], summary["median_s"] / n)
 
-    def write(self, *, metrics: dict, curve, data: str, n_parameters: int, device_peak_bytes=None, **extra) -> dict:
-        """Write this run's record for the runner (with record_path None, only print it)."""
-        first = self.first_step_s()
+    def write(self, *, metrics: dict, data: str, n_parameters: int, curve=None, device_peak_bytes=None,
+              **extra) -> dict:
+        """Write this run's record for the runner (with record_path None, only print it): a training run's
+        epochs and steady state, or an inference run's first call and throughput."""
+        first = self.fields.get("first_step_s") or self.first_step_s()
         return records.write(self.record_path, task=self.task, framework=self.framework, params=self.P, data=data,
-                             timing=self.epochs.summary(), steps=self.fields.get("steps"),
+                             timing=self.fields.get("timing") or self.epochs.summary(), steps=self.fields.get("steps"),
                              first_step_s=first, curve=curve, metrics=metrics, n_parameters=n_parameters,
                              environment=self.environment, device_peak_bytes=device_peak_bytes,
                              precision=self.precision, compilation=self.compilation, compile_s=self.compile_s(first),
                              sweep=self.fields.get("sweep"), variant=self.variant,
-                             extra={k: v for k, v in {**self.fields, **extra}.items() if k not in ("steps", "sweep")})
+                             extra={k: v for k, v in {**self.fields, **extra}.items()
+                                    if k not in ("steps", "sweep", "timing", "first_step_s")})

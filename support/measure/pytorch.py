@@ -1,4 +1,6 @@
-"""PyTorch's measurement plumbing (support.measure): its synchronisation, environment, weights and memory.
+"""PyTorch's measurement plumbing (support.measure): its synchronisation, environment, weights and memory, and
+what a data-parallel run (DenseNet-121 under torchrun) needs on top: a barrier in every wait, rank 0's readings
+for the sweep, and the check of one DDP step against the same step on one device.
 
     from support.measure import pytorch as measure
     bench = measure.start("cnn_cifar10", P, device, precision=precision, compilation=compilation,
@@ -6,22 +8,39 @@
 """
 from __future__ import annotations
 
-import torch
+import copy
+import time
 
-from support import env
+import numpy as np
+import psutil
+import torch
+import torch.distributed as dist
+
+from support import env, parity
 from support.measure import Bench
+
+
+def _distributed() -> bool:
+    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
 
 
 def start(task: str, P, device: torch.device, *, precision: str, compilation: str, record_path,
           variant: str = "") -> Bench:
     """The run's Bench: prints PyTorch's versions and device, checks `precision` and `compilation`, and ends
     the notebook (with its record) where this device cannot run them. CUDA runs asynchronously: every lap
-    waits for the device with `torch.cuda.synchronize` before reading the clock."""
+    waits for the device with `torch.cuda.synchronize` before reading the clock; in a process group of several
+    ranks (start the group first) every lap also waits at a barrier, so the ranks' clocks start and stop together."""
     gpu = device.type == "cuda"
     info = env.describe(torch)
     env.show(info)
+    waits = ([torch.cuda.synchronize] if gpu else []) + ([dist.barrier] if _distributed() else [])
+
+    def sync():
+        for wait in waits:
+            wait()
+
     return Bench(task, "pytorch", P, precision=precision, compilation=compilation, record_path=record_path,
-                 environment=info, gpu=gpu, sync=torch.cuda.synchronize if gpu else None, variant=variant)
+                 environment=info, gpu=gpu, sync=sync if waits else None, variant=variant)
 
 
 def initial_weights(bench: Bench, model: torch.nn.Module) -> dict:
@@ -36,6 +55,53 @@ def n_parameters(model: torch.nn.Module) -> int:
 def device_peak_bytes(bench: Bench) -> int | None:
     """The CUDA caching allocator's peak (None on the CPU, where records.write adds the host's peak)."""
     return torch.cuda.max_memory_allocated() if bench.gpu else None
+
+
+def from_rank0(read):
+    """`read()` on rank 0, broadcast to every rank (None stays None): a float64 CPU tensor, so the process group
+    needs a CPU backend (gloo; on GPUs "cpu:gloo,cuda:nccl")."""
+    def agreed():
+        value = read() if dist.get_rank() == 0 else None
+        shared = torch.tensor([np.nan if value is None else value], dtype=torch.float64)
+        dist.broadcast(shared, src=0)
+        return None if np.isnan(shared.item()) else shared.item()
+    return agreed
+
+
+def sweep(bench: Bench, make_step, batch_sizes: str, *, devices: int = 1) -> dict | None:
+    """The batch-size sweep (Bench.sweep); on several ranks each decision to go on must be the same everywhere, or
+    one rank would wait forever in a step the others never take: the clock and memory readings are rank 0's."""
+    readings = {} if not _distributed() else dict(
+        clock=from_rank0(time.perf_counter), peak=from_rank0(env.peak_host_memory),
+        available=from_rank0(lambda: psutil.virtual_memory().available))
+    return bench.sweep(make_step, batch_sizes, devices=devices, **readings)
+
+
+def _sgd_step(net: torch.nn.Module, replica: torch.nn.Module, loss_fn, amp: dict, shares) -> dict:
+    """One SGD step (lr 1) of `replica`, through `net`, on the mean of the shares' losses, each its own forward pass."""
+    sgd = torch.optim.SGD(replica.parameters(), lr=1.0)
+    with torch.autocast(**amp):
+        loss = sum(loss_fn(net(x), y) for x, y in shares) / len(shares)
+    loss.backward()
+    sgd.step()
+    return {name: p.detach().float().cpu().numpy() for name, p in replica.named_parameters()}
+
+
+def data_parallel_check(bench: Bench, model: torch.nn.Module, wrap, loss_fn, amp: dict, xg, yg, *, rank: int,
+                        devices: int) -> dict:
+    """One step through `wrap` (DDP) on this rank's share of the global batch `xg, yg` against the same step on
+    one device (every share through a copy, one forward pass each, as batch norm is per device), both plain SGD at
+    learning rate 1 from `model`'s weights on copies of it, so the model, its statistics and its optimizer stay as
+    they were (support.parity.data_parallel compares the updates)."""
+    before = {name: p.detach().float().cpu().numpy().copy() for name, p in model.named_parameters()}
+    replica = copy.deepcopy(model).train()
+    several = _sgd_step(wrap(replica), replica, loss_fn, amp, [(xg.chunk(devices)[rank], yg.chunk(devices)[rank])])
+    replica = copy.deepcopy(model).train()
+    one = _sgd_step(replica, replica, loss_fn, amp, list(zip(xg.chunk(devices), yg.chunk(devices))))
+    result = parity.data_parallel(several, one, before, devices=devices, batch_norm="per-device",
+                                  precision=bench.precision)
+    bench.fields.update(result)
+    return result
 
 
 def write(bench: Bench, model: torch.nn.Module, **fields) -> dict:
