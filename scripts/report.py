@@ -94,6 +94,7 @@ MIB = 2 ** 20
 # points. DenseNet's AUC is only checked on the full profile: the smaller ones score too few images.
 BAND = {name: task.band for name, task in tasks.TASKS.items() if task.band}
 BAND_EPOCHS = 2     # the band judges the best of the metric over a run's last this many epochs (its curve)
+SEED_RUN = re.compile(r"seed\d+")     # the matrix label of a baseline run again on another seed (--seeds)
 BAND_PROFILES = {name: task.band_profiles for name, task in tasks.TASKS.items()}
 
 
@@ -196,19 +197,29 @@ def sort_key(r: dict):
 
 def mark_band(rows: list[dict]) -> None:
     """Set each row's `band` to 'in' or 'outside' (None where its task or profile has no band).
-    The centre is the median over frameworks, each framework counted once by the median of its own
-    rows: Keras's three backends or MXNet's two APIs must not outvote the others."""
+    A framework line run on several seeds (the runner's --seeds: rows 'seed43', ...) is judged by the mean over its
+    seeds, its baseline and its seed rows alike. The centre is the median over frameworks, each framework counted
+    once by the median of its own lines: Keras's three backends or MXNet's two APIs must not outvote the others."""
     groups_ = {}
     for r in rows:
         if (r["status"] == "ok" and r["task"] in BAND and r["value"] is not None
                 and r["profile"] in BAND_PROFILES.get(r["task"], suite.PROFILES)):
             groups_.setdefault((r["profile"], r["task"], r["data"]), []).append(r)
     for (_, task, _), members in groups_.items():
-        by_framework = {}
+        seeds = {}      # a framework line's baseline and its runs on other seeds
+        for r in members:
+            if not r["matrix"] or SEED_RUN.fullmatch(r["matrix"]):
+                seeds.setdefault((r["framework"], r["line"]), []).append(r)
         for r in members:
             r["band_value"] = band_value(r)
-            if not r["matrix"]:     # the centre is the baselines'; a variant (bf16, compiled) is held to it
-                by_framework.setdefault(r["framework"], []).append(r["band_value"])
+        for family in seeds.values():
+            mean = sum(band_value(r) for r in family) / len(family)
+            for r in family:
+                r["band_value"], r["band_seeds"] = mean, len(family)
+        by_framework = {}
+        for (framework, _), family in seeds.items():   # the centre is the baselines'; a variant is held to it
+            if any(not r["matrix"] for r in family):
+                by_framework.setdefault(framework, []).append(family[0]["band_value"])
         if len(by_framework) < 2:
             continue
         centre = median(median(values) for values in by_framework.values())
@@ -227,7 +238,8 @@ def band_value(r: dict) -> float:
 def flagged(rows: list[dict]) -> list[str]:
     """One line per row outside its task's band, for the runner to print."""
     return [f"{r['task']}/{name(r)} ({r['profile']}): {r['metric']} {r['band_value']:.3f} (the better of its last "
-            f"{BAND_EPOCHS} epochs) is more than {BAND[r['task']]} from the median {r['band_median']:.3f} of the frameworks"
+            f"{BAND_EPOCHS} epochs" + (f", the mean over {r['band_seeds']} seeds" if r.get("band_seeds", 1) > 1 else "")
+            + f") is more than {BAND[r['task']]} from the median {r['band_median']:.3f} of the frameworks"
             for r in rows if r["band"] == "outside"]
 
 

@@ -44,7 +44,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from scripts import build_site, papermill_rank, report, suite  # noqa: E402
-from support import env, precision, tasks  # noqa: E402
+from support import env, params, precision, tasks  # noqa: E402
 from support.data import SOURCES as DATA_WORDS  # noqa: E402
 from support.timing import batch_sizes as timing_sizes  # noqa: E402
 from support.records import SCHEMA, RecordError, atomic_write_json, read  # noqa: E402
@@ -152,6 +152,10 @@ def parse_args(argv=None):
                         "for the tasks whose notebooks take `devices` (DenseNet-121); each count is a run of its own. "
                         "Capped at this machine's GPUs, or without one at its cores: CPU devices share the cores, "
                         "so there they prove the data-parallel code right, not faster")
+    p.add_argument("--seeds", type=int, default=1,
+                   help="runs of each baseline of the tasks with an accuracy band (CNN, GRU, DenseNet-121): the task's "
+                        "seed and the next ones, each a row of its own (variant 'seed43'); the band judges each "
+                        "framework line by the mean over them (default 1: the task's seed alone)")
     p.add_argument("--only", action="append", metavar="KEYS",
                    help="of the notebook runs planned, only those whose key (task__framework__variant, the record's "
                         "name) matches one of these shell patterns, comma-separated, e.g. "
@@ -181,6 +185,8 @@ def parse_args(argv=None):
         p.exit(2, f"run_all.py: unknown profile {args.profile!r}; choose from: auto, {', '.join(suite.PROFILES)}\n")
     if args.jobs < 1:
         p.exit(2, f"run_all.py: --jobs {args.jobs}: give 1 or more notebooks at a time\n")
+    if args.seeds < 1:
+        p.exit(2, f"run_all.py: --seeds {args.seeds}: give 1 or more runs of each baseline\n")
     args.data = parse_data(args.data, p)
     args.only = [pattern for value in args.only or [] for pattern in value.split(",") if pattern]
     # Without the flag, the matrix is the baseline alone (split_names' own default would be every value).
@@ -258,7 +264,19 @@ def matrices(args, task: str, framework: str, run: dict) -> list[dict]:
                 for entry in (matrix, {**matrix, "batch_sizes": args.batch_sizes}) if sweeps else (matrix,):
                     if entry not in out:
                         out.append(entry)
+    if tasks.get(task).band and {} in out:     # the baseline again on the next seeds (--seeds), right after it
+        at = out.index({}) + 1
+        out[at:at] = [{"seed": params.seed(task) + k} for k in range(1, args.seeds)]
     return out
+
+
+def job_environment(job: Job, args) -> dict:
+    """The kernel's environment for one run: the runner's (kernel_environment), and for a run of the baseline on
+    another seed (--seeds) that seed, through support.params' override."""
+    environment = kernel_environment(args.jobs)
+    if "seed" in job.matrix:
+        environment[params.OVERRIDE_VARIABLE] = f"seed={job.matrix['seed']}"
+    return environment
 
 
 def plan(args) -> list[Job]:
@@ -404,7 +422,8 @@ def kernel_environment(jobs: int = 1) -> dict:
         threads = str(max(1, (os.cpu_count() or 1) // jobs))
         shared = {"OMP_NUM_THREADS": threads, "OPENBLAS_NUM_THREADS": threads, "MKL_NUM_THREADS": threads,
                   "OMP_WAIT_POLICY": "PASSIVE"}
-    return {**os.environ, **env.project_environment(), "PYTHONUNBUFFERED": "1", **shared}
+    outside = {k: v for k, v in os.environ.items() if k != params.OVERRIDE_VARIABLE}   # the profiles as they are
+    return {**outside, **env.project_environment(), "PYTHONUNBUFFERED": "1", **shared}
 
 
 def kill_tree(pid: int) -> None:
@@ -523,7 +542,7 @@ def execute(job: Job, args, parameters: dict, executed: Path, log: Path, active:
     with open(log, "w") as log_file:
         # Its own session: a terminal's Ctrl-C reaches the runner alone, which stops the kernels itself
         # and knows the run was interrupted rather than failed.
-        proc = subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT, env=kernel_environment(args.jobs),
+        proc = subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT, env=job_environment(job, args),
                                 stdin=subprocess.DEVNULL, start_new_session=True)
         with active.lock:
             active.procs.add(proc)

@@ -144,12 +144,14 @@ COMPILATION_LABELS = {"on": "compiled", "off": "eager"}
 
 
 def matrix_label(matrix: dict) -> str:
-    """'' for the baseline, else e.g. 'bf16', 'compiled', 'bf16-eager', '2dev' (2 devices), 'sweep'."""
+    """'' for the baseline, else e.g. 'bf16', 'compiled', 'bf16-eager', '2dev' (2 devices), 'seed43' (the baseline
+    on another seed: --seeds), 'sweep'."""
     default = tasks.VARIANT_PARAMETERS
     parts = [matrix["precision"]] if matrix.get("precision", default["precision"]) != default["precision"] else []
     parts += [COMPILATION_LABELS[matrix["compilation"]]] if matrix.get(
         "compilation", default["compilation"]) != default["compilation"] else []
     parts += [f"{matrix['devices']}dev"] if matrix.get("devices", tasks.DEVICES_DEFAULT) != tasks.DEVICES_DEFAULT else []
+    parts += [f"seed{matrix['seed']}"] if "seed" in matrix else []
     return "-".join(parts + (["sweep"] if matrix.get("batch_sizes") else []))
 
 

@@ -17,6 +17,12 @@ A batch-size sweep (the `batch_sizes` parameter) runs the sizes asked for, then 
 
 `load(task, profile)` resolves "auto" to `full` where a GPU is seen and `cpu` otherwise, and
 prints the choice. Sizes of None mean "the whole dataset".
+
+An override for a short run of a profile: the environment variable `DLROSETTA_PARAMS`, e.g.
+`DLROSETTA_PARAMS="epochs=2,n_train=8192"`, replaces those numbers in whatever profile `load` returns, so
+the loaded P (and each record's `params`) shows them, and `load` prints them marked. scripts/device_check.py
+uses it to fit the `full` profile into a GPU machine's few minutes; the runner never sets it. A name the
+task's parameters lack, or a value of the wrong kind, is a ValueError of one line naming it and the choices.
 """
 from __future__ import annotations
 
@@ -151,10 +157,52 @@ def load(task: str, profile: str = "auto", gpu: bool = False):
     chosen = resolve_profile(profile, gpu)
     how = f" (auto: {'a GPU is' if gpu else 'no GPU'} visible)" if profile == "auto" else ""
     params = _PROFILES[task][chosen]
+    changes = overrides(task, os.environ.get(OVERRIDE_VARIABLE, ""))
+    params = dataclasses.replace(params, **changes)
     print(f"profile: {chosen}{how}")
+    if changes:
+        print(f"  ({', '.join(changes)} from {OVERRIDE_VARIABLE}, not the profile's)")
     for field in dataclasses.fields(params)[1:]:
-        print(f"  {field.name} = {getattr(params, field.name)}")
+        mark = f"   ({OVERRIDE_VARIABLE})" if field.name in changes else ""
+        print(f"  {field.name} = {getattr(params, field.name)}{mark}")
     return params
+
+
+OVERRIDE_VARIABLE = "DLROSETTA_PARAMS"
+
+
+def _convert(name: str, kind: str, text: str):
+    """`text` as the field's type (an annotation string: 'int', 'float', 'int | None', 'str')."""
+    if "None" in kind and text.strip().lower() == "none":
+        return None
+    try:
+        if kind.startswith("int"):
+            return int(text)
+        if kind.startswith("float"):
+            value = float(text)
+            if value != value or value in (float("inf"), float("-inf")):
+                raise ValueError
+            return value
+    except ValueError:
+        wanted = {"int": "a whole number", "float": "a number"}[kind.split()[0]]
+        raise ValueError(f"{OVERRIDE_VARIABLE}: {name}={text!r} is not {wanted}"
+                         f"{' (or none)' if 'None' in kind else ''}") from None
+    return text
+
+
+def overrides(task: str, text: str) -> dict:
+    """The replacements `text` ("epochs=2,n_train=8192": the value of DLROSETTA_PARAMS) asks of `task`'s
+    parameters, each converted to its field's type ('none' for a size of None: the whole dataset)."""
+    fields = {f.name: f.type for f in dataclasses.fields(_PROFILES[task]["full"]) if f.name != "profile"}
+    changes = {}
+    for item in (i.strip() for i in text.split(",") if i.strip()):
+        name, sep, value = (part.strip() for part in item.partition("="))
+        if not sep or not name:
+            raise ValueError(f"{OVERRIDE_VARIABLE}: {item!r} is not NAME=VALUE (e.g. epochs=2,n_train=8192)")
+        if name not in fields:
+            raise ValueError(f"{OVERRIDE_VARIABLE}: {task} has no parameter {name!r}; choose from: {', '.join(fields)}")
+        changes[name] = _convert(name, str(fields[name]), value)
+    return changes
 
 
 def cpu_devices(value) -> int:
@@ -188,3 +236,11 @@ def devices(value, gpus: int) -> int:
 
 def as_dict(params) -> dict:
     return dataclasses.asdict(params)
+
+
+def seed(task: str) -> int:
+    """The seed of a task's runs (every profile's; the runner's --seeds runs the baselines again on the next ones)."""
+    seeds = {profile.seed for profile in _PROFILES[task].values()}
+    if len(seeds) != 1:
+        raise ValueError(f"{task}'s profiles have different seeds {sorted(seeds)}: give them one")
+    return seeds.pop()

@@ -48,3 +48,30 @@ def test_unknown_names_list_the_valid_ones():
         params.load("cnn_cifar10", "huge")
     with pytest.raises(ValueError, match="unknown task 'mnist'; choose from: cnn_cifar10"):
         params.load("mnist")
+
+
+def test_an_override_from_the_environment_replaces_numbers_in_the_loaded_profile(monkeypatch, capsys):
+    monkeypatch.setenv(params.OVERRIDE_VARIABLE, "epochs=2, n_train=8192,lr=0.5")
+    P = params.load("cnn_cifar10", "full")
+    assert (P.profile, P.epochs, P.n_train, P.lr, P.batch_size) == ("full", 2, 8192, 0.5, 64)
+    assert params.as_dict(P)["epochs"] == 2          # what a record's params show
+    assert "epochs = 2   (DLROSETTA_PARAMS)" in capsys.readouterr().out
+    monkeypatch.setenv(params.OVERRIDE_VARIABLE, "n_train=none")
+    assert params.load("gru_imdb", "cpu").n_train is None     # a size of None: the whole dataset
+    monkeypatch.delenv(params.OVERRIDE_VARIABLE)
+    assert params.load("cnn_cifar10", "full") == params._PROFILES["cnn_cifar10"]["full"]
+
+
+@pytest.mark.parametrize("text, message", [
+    ("epoch=2", "DLROSETTA_PARAMS: resnet50_features has no parameter 'epoch'; choose from: batch_size, n_batches,"),
+    ("profile=tiny", "has no parameter 'profile'"),
+    ("n_batches=two", "DLROSETTA_PARAMS: n_batches='two' is not a whole number"),
+    ("batch_size=1.5", "batch_size='1.5' is not a whole number"),
+    ("sweep_budget_s=inf", "sweep_budget_s='inf' is not a number"),
+    ("n_batches", "'n_batches' is not NAME=VALUE"),
+])
+def test_a_bad_override_is_one_line_naming_it(monkeypatch, text, message):
+    monkeypatch.setenv(params.OVERRIDE_VARIABLE, text)
+    with pytest.raises(ValueError) as err:
+        params.load("resnet50_features", "tiny")
+    assert message in str(err.value) and "\n" not in str(err.value)

@@ -405,3 +405,23 @@ def test_a_run_that_shared_the_machine_shows_no_time_and_no_mfu(tmp_path):
     cells = md_cells((tmp_path / "results.md").read_text(), "pytorch")
     assert cells["step ms (median)"] == "not timed" and cells["MFU"] == report.EMPTY
     assert "no timed step in this run to compare it with" in (tmp_path / "results.md").read_text()
+
+
+def test_a_line_run_on_several_seeds_is_judged_by_their_mean(tmp_path):
+    # JAX's GRU once ended 0.0005 above the band on one seed (0.855 against a centre of 0.8045): one seed's luck.
+    # Run on three seeds, a line is judged by the mean over them; a line that learns worse on every seed stays out.
+    for framework, value in (("pytorch", 0.78), ("tensorflow", 0.80), ("keras", 0.82), ("chainer", 0.80)):
+        write(tmp_path, framework, value, task="gru_imdb", curve=[0.6, value, value])
+    for variant, value in (("", 0.86), ("seed43", 0.80), ("seed44", 0.81)):
+        write(tmp_path, "jax", value, task="gru_imdb", variant=variant, curve=[0.6, value, value],
+              matrix={"seed": int(variant[4:])} if variant else {})
+    for variant, value in (("", 0.70), ("seed43", 0.72), ("seed44", 0.74)):
+        write(tmp_path, "mxnet", value, task="gru_imdb", variant=variant, curve=[0.6, value, value],
+              matrix={"seed": int(variant[4:])} if variant else {})
+    rows = report.build(tmp_path)
+    bands = {(r["framework"], r["matrix"]): (r["band"], round(r["band_value"], 4)) for r in rows}
+    assert bands[("jax", "")] == bands[("jax", "seed43")] == ("in", 0.8233)
+    assert bands[("mxnet", "")] == bands[("mxnet", "seed44")] == ("outside", 0.72)
+    assert {round(r["band_median"], 6) for r in rows} == {0.80}     # each framework once, by its seeds' mean
+    assert report.flagged(rows)[0] == ("gru_imdb/mxnet (tiny): accuracy 0.720 (the better of its last 2 epochs, the "
+                                       "mean over 3 seeds) is more than 0.05 from the median 0.800 of the frameworks")

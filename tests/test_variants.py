@@ -356,3 +356,23 @@ def test_the_variant_table_shows_speed_ups_over_each_lines_baseline_and_the_read
     flagged = report.flagged(built)
     assert flagged == ["cnn_cifar10/tensorflow (bf16) (tiny): accuracy 0.200 (the better of its last 2 epochs) is more "
                        "than 0.05 from the median 0.805 of the frameworks"]
+
+
+def test_seeds_run_each_banded_baseline_again_on_the_next_seeds_through_the_params_override(monkeypatch):
+    jobs = planned(["--task", "gru_imdb,resnet50_features", "--framework", "jax", "--precision", "fp32,bf16",
+                    "--seeds", "3"])
+    assert [(t, v) for t, _, v, _ in jobs] == [("gru_imdb", ""), ("gru_imdb", "seed43"), ("gru_imdb", "seed44"),
+                                               ("gru_imdb", "bf16"), ("resnet50_features", ""),
+                                               ("resnet50_features", "bf16")]    # ResNet-50 has no accuracy band
+    monkeypatch.setenv("DLROSETTA_PARAMS", "epochs=1")      # a user's override never reaches a run
+    args = run_all.parse_args(["--task", "gru_imdb", "--framework", "jax", "--seeds", "2"])
+    baseline, again = run_all.plan(args)
+    assert "DLROSETTA_PARAMS" not in run_all.job_environment(baseline, args)
+    assert run_all.job_environment(again, args)["DLROSETTA_PARAMS"] == "seed=43"
+    assert params.overrides("gru_imdb", "seed=43") == {"seed": 43}
+
+
+def test_a_bad_seed_count_is_one_line(capsys):
+    with pytest.raises(SystemExit):
+        run_all.parse_args(["--seeds", "0"])
+    assert "run_all.py: --seeds 0: give 1 or more runs of each baseline" in capsys.readouterr().err
