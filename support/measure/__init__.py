@@ -30,9 +30,11 @@ class Bench:
     timer, the steady state, the sweep and the record. Made by a framework module's `start()`."""
 
     def __init__(self, task: str, framework: str, P, *, precision: str, compilation: str, record_path,
-                 environment: dict, gpu: bool, sync=None, compilation_key: str | None = None, variant: str = ""):
+                 environment: dict, gpu: bool, sync=None, compilation_key: str | None = None, variant: str = "",
+                 devices: int = 1):
         prec.check(precision, compilation)
         self.task, self.framework, self.P, self.variant = task, framework, P, variant
+        self.devices = devices      # data parallelism: each training step takes the task's batch on every device
         self.precision, self.record_path, self.environment, self.gpu, self.sync = (
             precision, record_path, environment, gpu, sync)
         self.compilation = prec.resolve(compilation, compilation_key or framework, task)
@@ -62,10 +64,11 @@ class Bench:
     # --- the learner's path: one line in the training loop ---------------------------------------------------
     @contextmanager
     def epoch(self, steps: int):
-        """One lap of the epoch timer around an epoch of `steps` training steps of the task's batch size
-        (synchronised at both ends). The laps give the record's time per epoch; the first is the warm-up."""
+        """One lap of the epoch timer around an epoch of `steps` training steps of the task's batch size on each of
+        the run's devices (synchronised at both ends). The laps give the record's time per epoch and its samples
+        per second; the first is the warm-up."""
         self.steps_per_epoch = steps
-        with self.epochs.lap(samples=steps * self.P.batch_size):
+        with self.epochs.lap(samples=steps * self.P.batch_size * self.devices):
             yield
 
     # --- the measurement part ----------------------------------------------------------------------------------
@@ -123,6 +126,17 @@ class Bench:
         from support import parity as shared
 
         result = shared.compare(self.task, outputs, weights, x, precision=self.precision)
+        self.fields.update(result)
+        return result
+
+    def data_parallel(self, several: dict, one: dict, before: dict, *, batch_norm: str) -> dict:
+        """Data parallelism's check (support.parity.data_parallel): the trainable parameters after one plain-SGD
+        step on the run's devices (`several`) against the same step on one device (`one`), from the weights
+        `before`, each {name: numpy array}; recorded as the `data_parallel` field."""
+        from support import parity as shared
+
+        result = shared.data_parallel(several, one, before, devices=self.devices, batch_norm=batch_norm,
+                                      precision=self.precision)
         self.fields.update(result)
         return result
 

@@ -16,7 +16,7 @@ import psutil
 import torch
 import torch.distributed as dist
 
-from support import env, parity
+from support import env
 from support.measure import Bench
 
 
@@ -25,11 +25,12 @@ def _distributed() -> bool:
 
 
 def start(task: str, P, device: torch.device, *, precision: str, compilation: str, record_path,
-          variant: str = "") -> Bench:
+          variant: str = "", devices: int = 1) -> Bench:
     """The run's Bench: prints PyTorch's versions and device, checks `precision` and `compilation`, and ends
     the notebook (with its record) where this device cannot run them. CUDA runs asynchronously: every lap
     waits for the device with `torch.cuda.synchronize` before reading the clock; in a process group of several
-    ranks (start the group first) every lap also waits at a barrier, so the ranks' clocks start and stop together."""
+    ranks (start the group first) every lap also waits at a barrier, so the ranks' clocks start and stop together.
+    `devices`: the ranks, each stepping on the task's batch (their samples count in an epoch)."""
     gpu = device.type == "cuda"
     info = env.describe(torch)
     env.show(info)
@@ -40,7 +41,7 @@ def start(task: str, P, device: torch.device, *, precision: str, compilation: st
             wait()
 
     return Bench(task, "pytorch", P, precision=precision, compilation=compilation, record_path=record_path,
-                 environment=info, gpu=gpu, sync=sync if waits else None, variant=variant)
+                 environment=info, gpu=gpu, sync=sync if waits else None, variant=variant, devices=devices)
 
 
 def initial_weights(bench: Bench, model: torch.nn.Module) -> dict:
@@ -98,10 +99,7 @@ def data_parallel_check(bench: Bench, model: torch.nn.Module, wrap, loss_fn, amp
     several = _sgd_step(wrap(replica), replica, loss_fn, amp, [(xg.chunk(devices)[rank], yg.chunk(devices)[rank])])
     replica = copy.deepcopy(model).train()
     one = _sgd_step(replica, replica, loss_fn, amp, list(zip(xg.chunk(devices), yg.chunk(devices))))
-    result = parity.data_parallel(several, one, before, devices=devices, batch_norm="per-device",
-                                  precision=bench.precision)
-    bench.fields.update(result)
-    return result
+    return bench.data_parallel(several, one, before, batch_norm="per-device")
 
 
 def write(bench: Bench, model: torch.nn.Module, **fields) -> dict:
