@@ -16,17 +16,18 @@ from support import env
 from support.measure import Bench
 
 
-def start(task: str, P, *, gpu: bool, precision: str, compilation: str, record_path, variant: str = "") -> Bench:
+def start(task: str, P, *, gpu: bool, precision: str, compilation: str, record_path, variant: str = "",
+          devices: int = 1) -> Bench:
     """The run's Bench: prints TensorFlow's versions and devices, checks `precision` and `compilation`, and
     ends the notebook (with its record) where this device cannot run them. On a GPU a `tf.function` call
     returns once its kernels are queued, so every lap waits for the devices with
     `tf.test.experimental.sync_devices` before reading the clock (on the CPU the calls finish before they
-    return: no wait)."""
+    return: no wait). `devices`: the data-parallel devices one epoch's steps train on (their samples count)."""
     info = env.describe(tf)
     env.show(info)
     return Bench(task, "tensorflow", P, precision=precision, compilation=compilation, record_path=record_path,
                  environment=info, gpu=gpu, sync=tf.test.experimental.sync_devices if gpu else None,
-                 variant=variant)
+                 variant=variant, devices=devices)
 
 
 def on_device(bench: Bench, *arrays) -> tuple:
@@ -34,6 +35,18 @@ def on_device(bench: Bench, *arrays) -> tuple:
     in device memory so that the step times no host-to-device copy)."""
     with tf.device("/GPU:0" if bench.gpu else "/CPU:0"):
         return tuple(tf.identity(a) for a in arrays)
+
+
+def frozen(function: tf.types.experimental.GenericFunction, signature):
+    """`function` (a `tf.function` of one tensor) traced for `signature` (a tensor or a `tf.TensorSpec`) and frozen
+    for inference: its variables become constants, so that Grappler can fold each batch norm into the convolution
+    before it (PERFORMANCE.md, TensorFlow). `convert_variables_to_constants_v2` is how TensorFlow's own converters
+    (TFLite, TF-TRT) freeze a function; it is not exported under `tf.`. Freezing drops `jit_compile`: for a function
+    without XLA. Returns a function of one tensor that returns the function's output."""
+    from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
+
+    graph = convert_variables_to_constants_v2(function.get_concrete_function(signature))
+    return lambda x: graph(x)[0]
 
 
 def initial_weights(bench: Bench, model: tf.keras.Model) -> dict:
