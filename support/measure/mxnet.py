@@ -6,12 +6,18 @@
 
 MXNet's engine runs every operator asynchronously, on the CPU as on a GPU: a Python call only queues work.
 So each lap of the timers waits for the queue to drain with `mx.nd.waitall()` before it reads the clock.
-One module for Gluon (a `gluon.Block`) and the symbolic Module API (an `mx.mod.Module`).
+One module for Gluon (a `gluon.Block`) and the symbolic Module API (an `mx.mod.Module`); DenseNet-121's data
+parallelism (one process, a list of contexts) adds the epoch's samples over the devices and the check of one step
+on the contexts against one context.
 """
 from __future__ import annotations
 
+import tempfile
+from pathlib import Path
+
 import mxnet as mx
 import numpy as np
+from mxnet import autograd, gluon
 
 from support import env
 from support.measure import Bench
@@ -29,25 +35,27 @@ class _ModuleBench(Bench):
 
 
 def start(task: str, P, ctx: mx.Context, *, precision: str, compilation: str, record_path,
-          variant: str = "") -> Bench:
+          variant: str = "", devices: int = 1) -> Bench:
     """The run's Bench: prints MXNet's versions and device (threads, oneDNN, CUDA), checks `precision` and
-    `compilation`, and ends the notebook (with its record) where this device or API cannot run them."""
+    `compilation`, and ends the notebook (with its record) where this device or API cannot run them.
+    `devices`: the contexts one training step splits its batch over (their samples count in an epoch)."""
     gpu = ctx.device_type == "gpu"
     info = env.describe(mx)
     env.show(info)
     bench = (_ModuleBench if variant == "module" else Bench)(
         task, "mxnet", P, precision=precision, compilation=compilation, record_path=record_path,
-        environment=info, gpu=gpu, sync=mx.nd.waitall, variant=variant)
+        environment=info, gpu=gpu, sync=mx.nd.waitall, variant=variant, devices=devices)
     if precision == "bf16" and gpu:
         bench.stop(BF16_GPU)
     return bench
 
 
 def _arrays(model) -> dict:
-    """{name: numpy array} of a Gluon block's parameters or a Module's (arguments only: the weights)."""
+    """{name: numpy array} of a Gluon block's parameters or a Module's (arguments only: the weights); a Gluon
+    parameter on several contexts (data parallelism) is read on its first."""
     if isinstance(model, mx.mod.BaseModule):
         return {name: a.asnumpy() for name, a in model.get_params()[0].items()}
-    return {name: p.data().asnumpy() for name, p in model.collect_params().items() if p.grad_req != "null"}
+    return {name: p.list_data()[0].asnumpy() for name, p in model.collect_params().items() if p.grad_req != "null"}
 
 
 def initial_weights(bench: Bench, model) -> dict:
@@ -69,3 +77,40 @@ def write(bench: Bench, model, **fields) -> dict:
         print(f"GPU memory in use at the end (whole device, not a peak): {(total - free) / 2**30:.2f} "
               f"of {total / 2**30:.1f} GiB")
     return bench.write(n_parameters=n_parameters(model), device_peak_bytes=None, **fields)
+
+
+def data_parallel_check(bench: Bench, model: gluon.HybridBlock, build, loss_fn, contexts: list, x, y) -> dict:
+    """Data parallelism's check (support.parity.data_parallel): from `model`'s weights and on the global batch
+    `x, y`, one step on every context through `split_and_load`, as the notebook's `train_step` takes it, must change
+    the trainable parameters as one step on the first context does. Batch norm is per context (each normalises its
+    own slice), so the reference runs the same slices (`gluon.utils.split_data`) through the model apart, recorded
+    together: the sum of their per-image losses over the global batch, the loss the contexts minimise together.
+    Both steps are plain SGD at learning rate 1 on copies of `model` (`build()` makes an uninitialised one; each is
+    hybridized like the run), so every parameter moves by exactly the gradient the step applied, and the model and
+    its Trainer stay as they were. Recorded as the `data_parallel` field."""
+    x, y = x.as_in_context(contexts[0]), y.as_in_context(contexts[0])
+    names = list(model.collect_params())
+
+    def trainable(net) -> dict:
+        return {name: p.data(contexts[0]).asnumpy() for name, p in zip(names, net.collect_params().values())
+                if p.grad_req != "null"}
+
+    def sgd_step(ctx, xs, ys) -> dict:
+        net = build()
+        with tempfile.TemporaryDirectory() as folder:
+            model.save_parameters(str(Path(folder) / "before.params"))
+            net.load_parameters(str(Path(folder) / "before.params"), ctx=ctx)
+        if bench.compiled:
+            net.hybridize(static_alloc=True, static_shape=True)
+        trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 1.0})
+        with autograd.record():
+            losses = [loss_fn(net(a).astype("float32", copy=False), b) for a, b in zip(xs, ys)]
+        autograd.backward(losses)
+        trainer.step(x.shape[0])
+        return trainable(net)
+
+    n = len(contexts)
+    before = trainable(model)
+    several = sgd_step(contexts, gluon.utils.split_and_load(x, contexts), gluon.utils.split_and_load(y, contexts))
+    one = sgd_step(contexts[0], gluon.utils.split_data(x, n), gluon.utils.split_data(y, n))
+    return bench.data_parallel(several, one, before, batch_norm="per-device")
