@@ -9,6 +9,8 @@ so a notebook sets them before it imports Chainer or this module.
 """
 from __future__ import annotations
 
+import copy
+
 import chainer
 import numpy as np
 
@@ -36,15 +38,18 @@ def framework_reason(precision: str, gpu: bool) -> str | None:
     return None
 
 
-def start(task: str, P, device, *, precision: str, compilation: str, record_path, variant: str = "") -> Bench:
+def start(task: str, P, device, *, precision: str, compilation: str, record_path, variant: str = "",
+          devices: int = 1) -> Bench:
     """The run's Bench: prints Chainer's versions and device, checks `precision` and `compilation`, and ends the
     notebook (with its record) where this device or Chainer cannot run them (bf16; compilation "on": not
-    applicable). CuPy runs asynchronously: on a GPU every lap waits for the device before reading the clock."""
+    applicable). CuPy runs asynchronously: on a GPU every lap waits for the device before reading the clock.
+    `devices`: the devices a ParallelUpdater's step takes the task's batch on (their samples count in an epoch)."""
     gpu = isinstance(device, chainer.backend.GpuDevice)
     info = env.describe(chainer)
     env.show(info)
     bench = Bench(task, "chainer", P, precision=precision, compilation=compilation, record_path=record_path,
-                  environment=info, gpu=gpu, sync=device.device.synchronize if gpu else None, variant=variant)
+                  environment=info, gpu=gpu, sync=device.device.synchronize if gpu else None, variant=variant,
+                  devices=devices)
     reason = framework_reason(precision, gpu)
     if reason:
         bench.stop(reason)
@@ -58,6 +63,48 @@ def initial_weights(bench: Bench, model: chainer.Link) -> dict:
     model (`conv1/W`, `gru/0/w3`), in Chainer's (out, in, ...) layout."""
     return bench.initialisation({name.lstrip("/"): chainer.backends.cuda.to_cpu(p.array)
                                  for name, p in model.namedparams()}, "oi")
+
+
+def trainable(link: chainer.Link) -> dict:
+    """A copy of a model's trainable parameters by their paths in it, as numpy arrays (`to_cpu` alone would
+    return a numpy parameter itself, which the optimizer changes in place)."""
+    return {name: np.array(chainer.backends.cuda.to_cpu(p.array)) for name, p in link.namedparams()}
+
+
+def replicate(main: chainer.Link, devices: list) -> dict:
+    """ParallelUpdater's models: `main` (on the first device) and a deep copy of it on each other device."""
+    return {"main": main, **{f"device{i}": copy.deepcopy(main).to_device(d) for i, d in enumerate(devices[1:], 1)}}
+
+
+def data_parallel_check(bench: Bench, model: chainer.Link, with_loss, loss_fn, devices: list, x, y) -> dict:
+    """Data parallelism's check (support.parity.data_parallel): from the same weights and on the same global
+    batch (x, y), one step through a ParallelUpdater over `devices` against the same step on one device.
+
+    `with_loss(model)` is the model with its loss as the notebook trains it on several devices (each share's mean
+    loss divided by the devices); `loss_fn(logits, labels)` is the plain mean loss. The step is plain SGD at
+    learning rate 1 (no momentum, no weight decay), so each parameter moves by exactly the gradient the devices
+    added up (Adam's first step moves every weight by about its learning rate whatever the gradient, which would
+    hide a wrongly scaled one). Each replica normalises its own share in batch norm, so the one-device reference
+    takes the same strided shares (x[i::n]), each through the model in a forward call of its own, and averages
+    their losses with `loss_fn`: the gradient of that mean is what the devices' gradients must add up to (a
+    whole-batch forward pass would normalise over all the shares together). Both work on deep copies: the trained
+    model stays as it was."""
+    n = len(devices)
+    model.cleargrads()                                  # no gradients copied along with the model
+    several = copy.deepcopy(model)
+    before = trainable(several)
+    replicas = replicate(with_loss(several), devices)
+    sgd = chainer.optimizers.SGD(lr=1.0).setup(replicas["main"])
+    held = chainer.iterators.SerialIterator(chainer.datasets.TupleDataset(x, y), len(x), shuffle=False)
+    chainer.training.updaters.ParallelUpdater(held, sgd, models=replicas,
+                                              devices=dict(zip(replicas, devices))).update()
+    one = copy.deepcopy(model)
+    one_sgd = chainer.optimizers.SGD(lr=1.0).setup(one)
+    loss = sum(loss_fn(one(x[i::n]), y[i::n]) for i in range(n)) / n
+    one.cleargrads()
+    loss.backward()
+    one_sgd.update()
+    return bench.data_parallel(trainable(several), trainable(one), before, batch_norm="per-device")
 
 
 def n_parameters(model: chainer.Link) -> int:
