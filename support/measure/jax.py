@@ -4,13 +4,17 @@
     bench = measure.start("cnn_cifar10", P, precision=precision, compilation=compilation, record_path=record_path)
 
 JAX compiles by construction (`jax.jit`, `nnx.jit`: one XLA program per step), so `compilation` "off" is
-not_applicable; float16 needs a loss scaler, which neither Optax nor Flax ships, so "fp16" is unsupported.
+not_applicable; float16 training needs a loss scaler, which neither Optax nor Flax ships, so "fp16" is unsupported
+for the training tasks (inference, ResNet-50's, has no gradients to scale and runs it on a GPU).
 """
 from __future__ import annotations
+
+import time
 
 import jax
 import numpy as np
 from flax import nnx
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from support import env
 from support.measure import Bench
@@ -19,6 +23,7 @@ NOT_COMPILED = ("JAX compiles every step by construction: jax.jit makes it one X
                 "jax.disable_jit() is a debugging aid that runs it op by op, not an uncompiled mode to time")
 NO_LOSS_SCALER = ("float16 mixed precision needs dynamic loss scaling, and neither Optax (0.2.8) nor Flax "
                   "ships a loss scaler")
+INFERENCE_TASKS = ("resnet50_features",)   # no gradients: float16 needs no loss scaling
 
 
 def sync():
@@ -27,29 +32,75 @@ def sync():
     jax.block_until_ready(jax.live_arrays())
 
 
-def start(task: str, P, *, precision: str, compilation: str, record_path, variant: str = "") -> Bench:
+def start(task: str, P, *, precision: str, compilation: str, record_path, variant: str = "",
+          devices: int = 1) -> Bench:
     """The run's Bench: prints JAX's versions and devices, checks `precision` and `compilation`, and ends the
-    notebook (with its record) where they cannot run: `compilation="off"` (not_applicable), fp16 (unsupported),
-    tf32 and fp16 on a CPU (support.precision.device_reason)."""
+    notebook (with its record) where they cannot run: `compilation="off"` (not_applicable), fp16 in training
+    (unsupported), tf32 and fp16 on a CPU (support.precision.device_reason)."""
     gpu = jax.default_backend() == "gpu"
     info = env.describe(jax)
     env.show(info)
     print(jax.devices())
     bench = Bench(task, "jax", P, precision=precision, compilation=compilation, record_path=record_path,
-                  environment=info, gpu=gpu, sync=sync, variant=variant)
+                  environment=info, gpu=gpu, sync=sync, variant=variant, devices=devices)
     if bench.compilation == "off":
         bench.stop(NOT_COMPILED, status="not_applicable")
-    if precision == "fp16":
+    if precision == "fp16" and task not in INFERENCE_TASKS:
         bench.stop(NO_LOSS_SCALER)
     return bench
 
 
 def initial_weights(bench: Bench, model: nnx.Module) -> dict:
     """The initialisation check (support.init) on a freshly built model's parameters: Flax stores kernels
-    (..., in, out), the 'io' layout; names are the parameters' paths, e.g. conv1/kernel."""
-    arrays = {"/".join(map(str, path)): np.asarray(variable[...], dtype=np.float32)
-              for path, variable in nnx.to_flat_state(nnx.state(model, nnx.Param))}
+    (..., in, out), the 'io' layout; names are the parameters' paths, e.g. conv1/kernel. A 1x1 convolution written
+    as an `nnx.Linear` named conv... (DenseNet-121's, an (in, out) kernel) is checked as the (1, 1, in, out)
+    convolution kernel it stands for."""
+    arrays = {}
+    for path, variable in nnx.to_flat_state(nnx.state(model, nnx.Param)):
+        value = np.asarray(variable[...], dtype=np.float32)
+        if value.ndim == 2 and str(path[-2]).startswith("conv"):
+            value = value.reshape(1, 1, *value.shape)
+        arrays["/".join(map(str, path))] = value
     return bench.initialisation(arrays, "io")
+
+
+def build(bench: Bench, make):
+    """`make()` (a model's constructor), timed, recorded as `build_s`: NNX initialises eagerly, and XLA compiles
+    the initialiser for every new kernel shape (a second build of the same model finds them compiled)."""
+    start = time.perf_counter()
+    model = make()
+    bench.fields["build_s"] = time.perf_counter() - start
+    print(f"built in {bench.fields['build_s']:.1f} s")
+    return model
+
+
+def data_parallel_check(bench: Bench, model: nnx.Module, loss_fn, mesh: Mesh, x, y) -> dict:
+    """Data parallelism's check (support.parity.data_parallel): from the model's weights and on one global batch
+    (x, y), one step of plain SGD at learning rate 1 (`p - g`: each parameter moves by exactly the gradient the
+    devices computed together; Adam's first step would move every weight by about its learning rate) on `mesh`,
+    the batch split along its axis and the state copied to each device, against the same step on the mesh's first
+    device alone. The sharded program normalises the whole global batch in batch norm ("global"), so the one-device
+    reference is the whole batch in one forward pass. The model (in training mode) is left as it was."""
+    graphdef, state = nnx.split(model)
+
+    def sgd(state, x, y):
+        model = nnx.merge(graphdef, state)
+        grads = nnx.grad(loss_fn)(model, x, y)                 # with respect to the nnx.Params
+        return jax.tree.map(lambda p, g: p - g, nnx.state(model, nnx.Param), grads)
+
+    def step(on: Mesh):
+        whole, split = NamedSharding(on, PartitionSpec()), NamedSharding(on, PartitionSpec(on.axis_names[0]))
+        run = jax.jit(sgd, in_shardings=(whole, split, split), out_shardings=whole)
+        return flat(run(jax.device_put(state, whole), jax.device_put(x, split), jax.device_put(y, split)))
+
+    one = Mesh(mesh.devices.flat[:1], mesh.axis_names)
+    return bench.data_parallel(step(mesh), step(one), flat(nnx.state(model, nnx.Param)), batch_norm="global")
+
+
+def flat(tree) -> dict:
+    """A pytree's arrays by path, as numpy (float32 for comparison)."""
+    return {jax.tree_util.keystr(path): np.asarray(leaf, np.float32)
+            for path, leaf in jax.tree_util.tree_leaves_with_path(tree)}
 
 
 def n_parameters(model: nnx.Module) -> int:
