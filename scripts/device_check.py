@@ -42,7 +42,6 @@ import argparse
 import ast
 import builtins
 import contextlib
-import hashlib
 import io
 import json
 import linecache
@@ -366,14 +365,6 @@ def execute(check: Check, notebook: Path, executed: Path, log: Path, parameters:
     return "failed", notebook_error(executed, log) if code > 0 else f"killed by signal {-code}"
 
 
-def digest(*paths: Path) -> str:
-    h = hashlib.sha256()
-    for path in paths:
-        if path.is_file():
-            h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
-    return h.hexdigest()[:16]
-
-
 def failed_record(job: Job, machine: str, status: str, error: str) -> dict:
     from support.records import SCHEMA
     return {"schema": SCHEMA, "task": job.task, "framework": job.framework, "variant": job.variant,
@@ -402,6 +393,7 @@ def shown(numbers: dict) -> str:
 
 def run_job(check: Check, job: Job, timeout: float) -> dict:
     """One notebook: run it, read or make its record (as scripts/run_all.py does), return its summary entry."""
+    from scripts import suite
     from support import records, precision
     paths = {k: p for k, p in job.paths(check.results).items()}
     for path in paths.values():
@@ -440,8 +432,8 @@ def run_job(check: Check, job: Job, timeout: float) -> dict:
         record = failed_record(job, check.results.name, status, error or status)
     record.update(variant=job.variant, matrix={}, wall_s=seconds, timed=True, run=check.run_id,
                   inputs={"parameters": {k: v for k, v in parameters.items() if k != "record_path"},
-                          "notebook": digest(job.notebook),
-                          "support": digest(*sorted((ROOT / "support").rglob("*.py"))),
+                          "notebook": suite.digest(job.notebook),
+                          "support": suite.digest(*suite.support_files(ROOT)),
                           "pins": None, "hardware": check.results.name, "timed": True},
                   executed_notebook=str(paths["executed"].relative_to(check.results)),
                   log=str(paths["log"].relative_to(check.results)),

@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import fcntl
 import fnmatch
-import hashlib
 import json
 import os
 import shutil
@@ -342,18 +341,7 @@ def resolve_profiles(jobs: list[Job], args) -> list[str]:
 
 # --- what a run is made from ------------------------------------------------------------------
 
-def support_files(root: Path = suite.ROOT) -> list[Path]:
-    """Every Python file under support/, its subpackages (support/measure/) included: a record's `support` input."""
-    return sorted((root / "support").rglob("*.py"))
-
-
-def digest(*paths: Path) -> str:
-    """sha256 over the files' contents (a missing file counts as absent), 16 hex digits."""
-    h = hashlib.sha256()
-    for path in paths:
-        if path.is_file():
-            h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
-    return h.hexdigest()[:16]
+digest, support_files = suite.digest, suite.support_files     # what a record was made from (suite)
 
 
 _declared_cache: dict[Path, set] = {}

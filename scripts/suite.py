@@ -7,6 +7,7 @@ imports it with whatever Python 3 the user has, before any environment exists.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import sys
 from itertools import zip_longest
@@ -208,3 +209,17 @@ def check_headings(task: str, notebooks: Path = NOTEBOOKS) -> list[str]:
             has = f"has {theirs!r}" if theirs else "has no more headings"
             raise ValueError(f"{where} where {shown(reference_path)} {has}; {rule}")
     return [heading for heading in reference if heading.startswith("## ")]
+
+
+def digest(*paths: Path) -> str:
+    """sha256 over the files' contents (a missing file counts as absent), 16 hex digits: what a record was made from."""
+    h = hashlib.sha256()
+    for path in paths:
+        if path.is_file():
+            h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()[:16]
+
+
+def support_files(root: Path = ROOT) -> list[Path]:
+    """Every Python file under support/, its subpackages (support/measure/) included: a record's `support` input."""
+    return sorted((root / "support").rglob("*.py"))
