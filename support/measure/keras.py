@@ -8,11 +8,16 @@
     model.fit(..., callbacks=[measure.EpochTimer(bench)])     # one lap of the epoch timer per epoch
     measure.steady_state(bench, model, xb, yb)                # the training step as fit() runs it
 
+ResNet-50 only runs inference: `bench.first_call` and `bench.throughput` (the core's) time `predict_on_batch`.
+DenseNet-121 trains data-parallel on several devices: `cpu_devices` makes CPU devices before the backend starts,
+`gpu_count` counts the backend's GPUs, `data_parallel_check` compares a step on the devices with one on one device.
+
 What differs between the backends (how each waits for its device, its TF32 switch, its allocator's peak) is
 here, so that a notebook reads as Keras's own code on all three.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
 import logging
@@ -20,7 +25,7 @@ import logging
 import keras
 import numpy as np
 
-from support import env, timing
+from support import env, params, timing
 from support.measure import Bench
 
 BACKEND = keras.config.backend()
@@ -38,6 +43,40 @@ def gpu() -> bool:
     return info()["device"] != "cpu"
 
 
+def cpu_devices(devices) -> int:
+    """The CPU devices a data-parallel run of `devices` asks for (params.cpu_devices), made before the backend
+    starts (call this before anything else asks Keras for its device): JAX through `jax_num_cpu_devices`,
+    TensorFlow as logical devices of its one physical CPU. They share the host's cores (they prove the
+    data-parallel code right, not faster); with a GPU they go unused; the torch backend has no such devices."""
+    n = params.cpu_devices(devices)
+    if n > 1 and BACKEND == "jax":
+        LIB.config.update("jax_num_cpu_devices", n)
+    elif n > 1 and BACKEND == "tensorflow":
+        LIB.config.set_logical_device_configuration(LIB.config.list_physical_devices("CPU")[0],
+                                                    [LIB.config.LogicalDeviceConfiguration()] * n)
+    return n
+
+
+def gpu_count() -> int:
+    """The GPUs the backend sees (Keras's `keras.distribution.list_devices` has no torch implementation)."""
+    if not gpu():
+        return 0
+    return LIB.cuda.device_count() if BACKEND == "torch" else len(keras.distribution.list_devices("gpu"))
+
+
+def stop_without_data_parallel(bench: Bench):
+    """End a run on several devices on the torch backend, where Keras 3 has no data parallelism
+    (`keras.distribution` is implemented for JAX and TensorFlow: on torch `DataParallel()` fails looking up
+    the devices, and given them, `fit()` ignores it), with Keras's own error in the record."""
+    try:
+        keras.distribution.DataParallel()
+        error = "DataParallel() was accepted, and Keras's torch trainer ignores it"
+    except AttributeError as raised:
+        error = f"keras.distribution.DataParallel() raises AttributeError: {raised}"
+    bench.stop(f"Keras {keras.__version__} has no data parallelism on the {BACKEND} backend "
+               f"(keras.distribution has no {BACKEND} implementation: {error})")
+
+
 def _sync(on_gpu: bool):
     """A wait for everything the backend has queued. JAX dispatches asynchronously on every device (wait on
     every live array); TensorFlow and PyTorch run a CPU's work before they return, and queue a GPU's on a
@@ -49,7 +88,8 @@ def _sync(on_gpu: bool):
     return LIB.test.experimental.sync_devices if BACKEND == "tensorflow" else LIB.cuda.synchronize
 
 
-def start(task: str, P, *, precision: str, compilation: str, record_path, variant: str | None = None) -> Bench:
+def start(task: str, P, *, precision: str, compilation: str, record_path, variant: str | None = None,
+          devices: int = 1) -> Bench:
     """The run's Bench: prints Keras's and its backend's versions and device, checks `precision` and
     `compilation` (`auto`: Keras's own `jit_compile` default on this backend, support.precision), and ends the
     notebook with its record where this device cannot run them. Then the backend switches Keras leaves to
@@ -61,7 +101,7 @@ def start(task: str, P, *, precision: str, compilation: str, record_path, varian
     on_gpu = described["device"] != "cpu"
     bench = Bench(task, "keras", P, precision=precision, compilation=compilation, record_path=record_path,
                   environment=described, gpu=on_gpu, sync=_sync(on_gpu), compilation_key=f"keras-{BACKEND}",
-                  variant=BACKEND if variant is None else variant)
+                  variant=BACKEND if variant is None else variant, devices=devices)
     tf32 = precision == "tf32"
     if BACKEND == "torch":
         LIB.set_flush_denormal(True)
@@ -79,7 +119,8 @@ def start(task: str, P, *, precision: str, compilation: str, record_path, varian
 class EpochTimer(keras.callbacks.Callback):
     """Times each epoch of `fit()` as one lap of `bench.epochs`: it opens when Keras begins the epoch and
     closes when its training steps are done, before the validation (`fit()` calls `on_test_begin` there), or
-    at the epoch's end without validation; both ends wait for the device."""
+    at the epoch's end without validation; both ends wait for the device. Each of fit()'s steps takes the task's
+    batch size on every device of the run (Bench's `devices`)."""
 
     def __init__(self, bench: Bench):
         super().__init__()
@@ -92,7 +133,7 @@ class EpochTimer(keras.callbacks.Callback):
 
     def _close(self):
         if self._open:
-            self.bench.epochs.stop(samples=self.bench.steps_per_epoch * self.bench.P.batch_size)
+            self.bench.epochs.stop(samples=self.bench.steps_per_epoch * self.bench.P.batch_size * self.bench.devices)
             self._open = False
 
     def on_test_begin(self, logs=None):
@@ -120,14 +161,31 @@ class _StepLaps(keras.callbacks.Callback):
             self.watch.start()
 
 
-def steady_state(bench: Bench, model: keras.Model, x: np.ndarray, y: np.ndarray) -> dict:
+class _Repeated(keras.utils.PyDataset):
+    """One batch, `n` times: fit()'s input where the epochs read a PyDataset (TensorFlow traces a PyDataset's
+    batches, of unknown size, apart from arrays', so this reuses the step the epochs compiled)."""
+
+    def __init__(self, x, y, n: int):
+        super().__init__()
+        self.x, self.y, self.n = x, y, n
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        return self.x, self.y
+
+
+def steady_state(bench: Bench, model: keras.Model, x: np.ndarray, y: np.ndarray, *, dataset: bool = False) -> dict:
     """The training step's compute throughput on one batch (x, y), as `fit()` runs it: one `fit()` over the
     batch repeated, `P.warmup_steps` untimed steps, then `P.step_repeats` laps of `P.steps_per_repeat` steps
     (and one more step, untimed, whose start closes the last lap). It reuses the step `fit()` compiled for
     this shape and structure (`train_on_batch` hands the step `(x, y, None)`, not `(x, y)`, so TensorFlow and
     JAX would trace and compile it again). The learning check's losses (support.timing.learned) are the
     batch's loss in inference mode (`evaluate`) before the first step and after the last: every step
-    trains on that batch, so a model that learns fits it. The same dict as bench.steady_state."""
+    trains on that batch, so a model that learns fits it. With `dataset=True` the batch comes through a
+    `PyDataset`, as the epochs' batches did in a notebook that trains on one. The same dict as
+    bench.steady_state."""
     P = bench.P
     warmup, steps, repeats, b = P.warmup_steps, P.steps_per_repeat, P.step_repeats, len(x)
     n = warmup + repeats * steps + 1
@@ -137,8 +195,12 @@ def steady_state(bench: Bench, model: keras.Model, x: np.ndarray, y: np.ndarray)
 
     first = loss()
     watch = timing.Stopwatch("step", warmup=0, sync=bench.sync)
-    model.fit(np.concatenate([x] * n), np.concatenate([y] * n), batch_size=b, epochs=1, shuffle=False, verbose=0,
-              callbacks=[_StepLaps(watch, warmup, steps, repeats, samples=steps * b)])
+    laps = _StepLaps(watch, warmup, steps, repeats, samples=steps * b)
+    if dataset:
+        model.fit(_Repeated(x, y, n), epochs=1, shuffle=False, verbose=0, callbacks=[laps])
+    else:
+        model.fit(np.concatenate([x] * n), np.concatenate([y] * n), batch_size=b, epochs=1, shuffle=False, verbose=0,
+                  callbacks=[laps])
     result = timing.steady_summary(watch.laps, steps=steps, warmup=warmup, samples=b, losses=(first, loss()))
     print(timing.describe(result))
     bench.fields["steps"] = result
@@ -147,8 +209,52 @@ def steady_state(bench: Bench, model: keras.Model, x: np.ndarray, y: np.ndarray)
 
 def initial_weights(bench: Bench, model: keras.Model) -> dict:
     """The initialisation check (support.init) on a freshly built model's weights, by their Keras paths,
-    in Keras's (..., in, out) layout."""
-    return bench.initialisation({w.path: keras.ops.convert_to_numpy(w) for w in model.trainable_weights}, "io")
+    in Keras's (..., in, out) layout: every weight, batch norm's moving statistics included (`model.weights`
+    leaves out the seed generators' state)."""
+    return bench.initialisation({w.path: keras.ops.convert_to_numpy(w) for w in model.weights}, "io")
+
+
+def data_parallel_check(bench: Bench, model: keras.Model, x: np.ndarray, y: np.ndarray, *, strategy=None) -> dict:
+    """Data parallelism must compute the step one device computes: one step of plain SGD at learning rate 1 (each
+    weight moves by exactly minus its gradient) from the trained model's weights on the global batch (x, y), once
+    through Keras's data-parallel path on the devices and once on one device, must leave the same trainable
+    weights (support.parity.data_parallel, relative to the largest update). Each runs on a copy of the model
+    (`clone_model`, all its weights, compiled with `SGD(1.0)` and the model's loss), so the model and its
+    optimizer stay as they are.
+
+    On the devices: a copy made where the model was (on JAX under the global `DataParallel` distribution,
+    replicated; on TensorFlow in the strategy's scope, mirrored) and one `fit()` step on the global batch, the
+    path that splits it on both backends. On one device, the loss the devices compute, which depends on where
+    batch norm takes its statistics: JAX's sharded program normalises over the whole global batch ("global"),
+    so the same `fit()` step under a `DataParallel` over the first device alone; each TensorFlow replica
+    normalises its own contiguous share ("per-device") and the summed, 1/replicas-scaled gradients are the
+    gradient of the mean of the shares' losses, so a copy outside the strategy runs each share through the
+    model apart, averages the losses and applies the gradient (`tf.GradientTape`) with SGD at learning rate 1."""
+    def trainable(m) -> dict:
+        return {w.path: keras.ops.convert_to_numpy(c) for w, c in zip(model.trainable_weights, m.trainable_weights)}
+
+    def sgd_copy():
+        copy = keras.models.clone_model(model)
+        copy.set_weights(model.get_weights())
+        copy.compile(optimizer=keras.optimizers.SGD(learning_rate=1.0), loss=model.loss, jit_compile=model.jit_compile)
+        return copy
+
+    with strategy.scope() if strategy else contextlib.nullcontext():
+        copy = sgd_copy()
+    copy.fit(x, y, batch_size=len(x), epochs=1, shuffle=False, verbose=0)
+    several = trainable(copy)
+    if BACKEND == "jax":
+        with keras.distribution.DataParallel(devices=keras.distribution.list_devices()[:1]).scope():
+            copy = sgd_copy()
+            copy.fit(x, y, batch_size=len(x), epochs=1, shuffle=False, verbose=0)
+    else:
+        copy = sgd_copy()
+        with LIB.GradientTape() as tape:
+            loss = sum(model.loss(ys, copy(xs, training=True))
+                       for xs, ys in zip(np.split(x, bench.devices), np.split(y, bench.devices))) / bench.devices
+        keras.optimizers.SGD(learning_rate=1.0).apply(tape.gradient(loss, copy.trainable_weights), copy.trainable_weights)
+    return bench.data_parallel(several, trainable(copy), trainable(model),
+                               batch_norm="global" if BACKEND == "jax" else "per-device")
 
 
 def n_parameters(model: keras.Model) -> int:
