@@ -183,18 +183,16 @@ def test_a_task_without_results_still_shows_its_notebooks(tmp_path):
     assert "No results for this machine yet" in index.read_text()
 
 
-# The concordance's rows: every concept a task's notebooks must tag (mixed precision comes with the
-# precision variants; data parallelism with DenseNet-121's devices). ResNet-50 extracts features: nothing is trained, saved or restored.
-TRAINING_CONCEPTS = ["model", "device", "loss", "gradient", "optimizer-step", "train-mode", "eval-mode", "no-grad",
-                     "mixed-precision", "compile", "save", "load", "export"]
-# The notebooks rewritten as their framework's tutorial (issue 29) also tag the input pipeline, the initialisation,
-# the training loop, the metrics and resuming.
+# The concordance's rows: every concept a task's notebooks must tag, each written as its framework's tutorial would
+# (issue 29): the input pipeline, the initialisation, the loop, the metrics, resuming. DenseNet-121 adds data
+# parallelism; ResNet-50 extracts features: nothing is trained, saved or restored.
 TUTORIAL_CONCEPTS = ["input-pipeline", "model", "initialise", "device", "loss", "gradient", "optimizer-step",
                      "training-loop", "train-mode", "eval-mode", "no-grad", "metrics", "mixed-precision", "compile",
                      "save", "load", "resume", "export"]
 CONCEPTS = {"cnn_cifar10": TUTORIAL_CONCEPTS, "gru_imdb": TUTORIAL_CONCEPTS,
-            "densenet_chestxray": [*TRAINING_CONCEPTS[:10], "data-parallel", *TRAINING_CONCEPTS[10:]],   # several devices
-            "resnet50_features": ["model", "device", "eval-mode", "no-grad", "mixed-precision", "compile", "export"]}
+            "densenet_chestxray": [*TUTORIAL_CONCEPTS[:14], "data-parallel", *TUTORIAL_CONCEPTS[14:]],
+            "resnet50_features": ["model", "initialise", "device", "eval-mode", "no-grad", "mixed-precision", "compile",
+                                  "export"]}
 
 
 def test_the_concordance_has_every_concept_of_every_task_in_every_framework(site, page, screenshots):
