@@ -43,7 +43,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from scripts import build_site, papermill_rank, report, suite  # noqa: E402
-from support import env, params, precision, tasks  # noqa: E402
+from support import env, params, precision, records, tasks  # noqa: E402
 from support.data import SOURCES as DATA_WORDS  # noqa: E402
 from support.timing import batch_sizes as timing_sizes  # noqa: E402
 from support.records import SCHEMA, RecordError, atomic_write_json, read  # noqa: E402
@@ -344,23 +344,11 @@ def resolve_profiles(jobs: list[Job], args) -> list[str]:
 digest, support_files = suite.digest, suite.support_files     # what a record was made from (suite)
 
 
-_declared_cache: dict[Path, set] = {}
-
-
-def declared_parameters(notebook: Path) -> set[str]:
-    """The names in the notebook's cell tagged `parameters`, as papermill reads them."""
-    if notebook not in _declared_cache:
-        import papermill
-
-        _declared_cache[notebook] = set(papermill.inspect_notebook(str(notebook)))
-    return _declared_cache[notebook]
-
-
 def notebook_parameters(job: Job, args, record_path: Path) -> dict:
     """What papermill passes to the notebook: of the runner's parameters, those it declares."""
     offered = {"profile": job.profile, "record_path": str(Path(record_path).resolve()), "data": job.data,
                **({"parity": True} if args.parity else {}), **job.parameters, **job.matrix}
-    declared = declared_parameters(job.notebook)
+    declared = suite.declared_parameters(job.notebook)
     return {name: value for name, value in offered.items() if name in declared and value is not None}
 
 
@@ -431,23 +419,6 @@ def kill_tree(pid: int) -> None:
     psutil.wait_procs(procs, timeout=10)
 
 
-def notebook_error(executed: Path, log: Path) -> str:
-    """The exception a notebook stopped on ('ValueError: ... (cell 7)'), else the log's last words. Run once per
-    device (suite.PROCESS_PER_DEVICE), rank 0's notebook first, then the other ranks' (papermill_rank.py names them)."""
-    for rank, path in [(0, executed), *papermill_rank.other_ranks(executed)]:
-        try:
-            cells = json.loads(path.read_text())["cells"]
-            for i, cell in enumerate(cells):
-                for out in cell.get("outputs", []):
-                    if out.get("output_type") == "error":
-                        return f"{out['ename']}: {out['evalue']} (cell {i}{f', rank {rank}' if rank else ''})"
-        except (OSError, ValueError, KeyError):
-            pass
-    lines = [line.strip() for line in log.read_text(errors="replace").splitlines() if line.strip()] if log.exists() else []
-    errors = [line for line in lines if "Error" in line or "died" in line]
-    return (errors or lines or ["papermill failed without output"])[-1][:500]
-
-
 @dataclass
 class Active:
     """The runs in progress, so that an interrupt can stop every kernel and keep every old record."""
@@ -461,14 +432,6 @@ class Active:
             procs = list(self.procs)
         for proc in procs:
             kill_tree(proc.pid)
-
-
-def failed_record(job: Job, args, status: str, error: str) -> dict:
-    return {"schema": SCHEMA, "task": job.task, "framework": job.framework, "variant": job.variant,
-            "status": status, "profile": job.profile, "data": None, "params": {}, "timing": {},
-            "metrics": {}, "n_parameters": None,
-            "environment": {"machine": args.machine, "date": time.strftime("%Y-%m-%dT%H:%M:%S%z")},
-            "matrix": job.matrix, "error": error}
 
 
 def run_job(job: Job, args, out: Path, active: Active) -> dict | None:
@@ -502,7 +465,8 @@ def run_job(job: Job, args, out: Path, active: Active) -> dict | None:
         except (OSError, RecordError):
             pass
     if status not in FINAL:
-        record = failed_record(job, args, status, error)
+        record = records.failed(job.task, job.framework, job.variant, job.profile, args.machine, status, error,
+                                matrix=job.matrix)
     # The notebook names its own variant (a backend, a mode); the runner alone knows the matrix's part of it.
     record.update(variant=job.variant, matrix=job.matrix, wall_s=round(time.time() - start, 1), timed=args.timed, inputs=inputs(job, parameters, args),
                   run=args.run_id, executed_notebook=str(paths["executed"].relative_to(out)),
@@ -536,7 +500,7 @@ def execute(job: Job, args, parameters: dict, executed: Path, log: Path, active:
             active.procs.add(proc)
         try:
             code = proc.wait(timeout=timeout)
-            return ("ok", None) if code == 0 else ("failed", notebook_error(executed, log))
+            return ("ok", None) if code == 0 else ("failed", suite.notebook_error(executed, log, papermill_rank.other_ranks(executed)))
         except subprocess.TimeoutExpired:
             kill_tree(proc.pid)
             return "timeout", f"no result after {timeout} s (raise the limit with --timeout)"

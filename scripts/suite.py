@@ -223,3 +223,45 @@ def digest(*paths: Path) -> str:
 def support_files(root: Path = ROOT) -> list[Path]:
     """Every Python file under support/, its subpackages (support/measure/) included: a record's `support` input."""
     return sorted((root / "support").rglob("*.py"))
+
+
+def cell_source(cell: dict) -> str:
+    """A notebook cell's source as one string (nbformat stores a string or a list of lines)."""
+    source = cell.get("source", "")
+    return "".join(source) if isinstance(source, list) else source
+
+
+def declared_parameters(notebook: dict | Path) -> list[str]:
+    """The names the cell tagged `parameters` assigns, in order, as papermill reads them (by `ast`, so that the
+    device check needs no papermill)."""
+    if isinstance(notebook, Path):
+        notebook = json.loads(notebook.read_text(encoding="utf-8"))
+    import ast
+
+    for cell in notebook["cells"]:
+        if cell.get("cell_type") == "code" and "parameters" in cell.get("metadata", {}).get("tags", []):
+            names = []
+            for node in ast.parse(cell_source(cell)).body:
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
+                    node, (ast.AnnAssign, ast.AugAssign)) else []
+                names += [t.id for t in targets if isinstance(t, ast.Name) and t.id not in names]
+            return names
+    return []
+
+
+def notebook_error(executed: Path, log: Path, other_ranks=()) -> str:
+    """The exception an executed notebook stopped on ('ValueError: ... (cell 7)'), else the log's last words.
+    `other_ranks`: (rank, executed notebook) of the other processes of a run with one per device, read after
+    rank 0's (scripts/papermill_rank.py names them)."""
+    for rank, path in [(0, executed), *other_ranks]:
+        try:
+            for i, cell in enumerate(json.loads(path.read_text(encoding="utf-8"))["cells"]):
+                for out in cell.get("outputs", []):
+                    if out.get("output_type") == "error":
+                        where = f"cell {i}{f', rank {rank}' if rank else ''}"
+                        return f"{out['ename']}: {out['evalue']} ({where})"[:500]
+        except (OSError, ValueError, KeyError):
+            pass
+    lines = [ln.strip() for ln in log.read_text(errors="replace").splitlines() if ln.strip()] if log.exists() else []
+    errors = [ln for ln in lines if "Error" in ln or "error" in ln or "died" in ln]
+    return (errors or lines or ["the notebook stopped without output"])[-1][:500]

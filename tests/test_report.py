@@ -341,9 +341,8 @@ def test_a_record_filed_under_another_name_is_a_failed_row(tmp_path):
 
 def test_an_error_with_pipes_and_newlines_stays_in_its_cell(tmp_path):
     write(tmp_path, "pytorch", 0.9)
-    failed = run_all.failed_record(run_all.Job("cnn_cifar10", "jax", {}, None, profile="tiny"),
-                                   run_all.parse_args(["--profile", "tiny"]), "failed",
-                                   "ValueError: shapes (4|8) and\n(8|2) differ\n| x | y |")
+    failed = records.failed("cnn_cifar10", "jax", "", "tiny", "here", "failed",
+                            "ValueError: shapes (4|8) and\n(8|2) differ\n| x | y |")
     records.atomic_write_json(tmp_path / "records" / "tiny" / "cnn_cifar10__jax.json", failed)
     readme = tmp_path / "README.md"
     readme.write_text("<!-- results:start -->\n<!-- results:end -->\n")
