@@ -666,7 +666,7 @@ def child_torch(profile: str) -> dict:
     import torch
     sys.path.insert(0, str(ROOT))
     from scripts import calibrate
-    from support import timing
+    from support import precision, timing
 
     small = profile != "full"           # the tiny and cpu profiles check the code path, not the peak
     cuda = torch.cuda.is_available()
@@ -675,36 +675,13 @@ def child_torch(profile: str) -> dict:
             "nccl": nccl_version(torch) if cuda else None,
             "devices": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if cuda else [],
             "capability": ".".join(map(str, torch.cuda.get_device_capability())) if cuda else None}
-    peaks, errors = {}, {}
-    try:
-        peaks["cpu/float32"] = calibrate.matmul_peak("cpu", n=1024 if small else None)
-    except Exception as err:      # noqa: BLE001  the GPU's peaks are still measured
-        errors["cpu/float32"] = f"{type(err).__name__}: {err}"
+    measured = calibrate.measure(devices={"cpu": calibrate.KINDS["cpu"]}, **({"n": 1024} if small else {}))
     if cuda:
-        n, calls = (2048, 5) if small else (8192, 20)
-        for key, dtype, tf32 in (("cuda/float32", torch.float32, False), ("cuda/tf32", torch.float32, True),
-                                 ("cuda/bf16", torch.bfloat16, False), ("cuda/fp16", torch.float16, False)):
-            try:
-                torch.backends.cuda.matmul.allow_tf32 = tf32
-                a, b = (torch.randn(n, n, device="cuda", dtype=dtype) for _ in range(2))
-
-                def repeat():
-                    for _ in range(calls):
-                        torch.mm(a, b)
-                summary = timing.benchmark(repeat, repeats=timing.MIN_REPEATS, warmup=2,
-                                           sync=torch.cuda.synchronize, unit="repeat")
-                flop = 2.0 * n ** 3 * calls
-                peaks[key] = {"device": "cuda", "dtype": str(dtype).replace("torch.", ""), "tf32": tf32, "n": n,
-                              "calls_per_repeat": calls, "repeats": timing.MIN_REPEATS,
-                              "gflops": flop / summary["median_s"] / 1e9,
-                              "gflops_max": flop / summary["min_s"] / 1e9, "cv": summary["cv"],
-                              "laps_s": summary["laps_s"],
-                              "library": f"torch {torch.__version__} (cuBLAS{', TF32' if tf32 else ''})"}
-                del a, b
-            except Exception as err:      # noqa: BLE001  one precision's failure keeps the others
-                errors[key] = f"{type(err).__name__}: {err}"
-        torch.backends.cuda.matmul.allow_tf32 = False
+        gpu = calibrate.measure(devices={"cuda": calibrate.KINDS["cuda"]}, **({"n": 2048, "calls": 5} if small else {}))
+        measured["peaks"].update(gpu["peaks"])
+        measured.setdefault("errors", {}).update(gpu.get("errors", {}))
         torch.cuda.empty_cache()
+    peaks, errors = measured["peaks"], measured.get("errors") or {}
     true32 = {"how": "float32 matmul against float64, Frobenius norm of the difference over the exact product's"}
     try:
         device = "cuda" if cuda else "cpu"
@@ -716,13 +693,15 @@ def child_torch(profile: str) -> dict:
         for name, tf32 in (("tf32_off", False), ("tf32_on", True)):
             if tf32 and not cuda:
                 continue
-            torch.backends.cuda.matmul.allow_tf32 = tf32
+            if cuda:
+                calibrate.set_tf32(torch, tf32)
             relative[name] = float(((a @ b).double() - exact).norm() / exact.norm())
-        torch.backends.cuda.matmul.allow_tf32 = False
+        if cuda:
+            calibrate.set_tf32(torch, False)
         true32.update(device=device, n=n, relative_error=relative, true_float32=relative["tf32_off"] < 1e-5)
     except Exception as err:      # noqa: BLE001
         errors["true_float32"] = f"{type(err).__name__}: {err}"
-    precisions = {"fp32": "cuda/float32", "tf32": "cuda/tf32", "bf16": "cuda/bf16", "fp16": "cuda/fp16"}
+    precisions = {p: precision.peak_key("cuda", p) for p in precision.PEAK_KINDS}
     return {"torch": info, "calibration": {"peaks": peaks, "harness_overhead_s": timing.overhead(),
                                            "load": list(os.getloadavg()),
                                            "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),

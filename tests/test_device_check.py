@@ -203,3 +203,14 @@ def test_carried_wheels_install_only_what_is_missing(tmp_path):
         assert sys.path[0] == str(site)
     finally:
         sys.path.remove(str(site))
+
+
+def test_the_torch_child_calibrates_each_precision_as_the_runner_does_and_checks_true_float32():
+    """On a CPU: calibrate.py's peaks for the CPU's precisions, none for CUDA, and the float32 check against
+    float64; the device check's peaks are the runner's (one function), so the report reads them alike."""
+    answer = dc.child_torch("tiny")
+    calibration = answer["calibration"]
+    assert set(calibration["peaks"]) == {"cpu/float32", "cpu/bf16"} and calibration["precisions"] == {}
+    assert all(p["gflops"] > 0 for p in calibration["peaks"].values())
+    assert answer["true_float32"]["true_float32"] is True
+    assert answer["true_float32"]["relative_error"]["tf32_off"] < 1e-5
