@@ -61,6 +61,8 @@ class Job:
     notebook: Path
     matrix: dict = field(default_factory=dict)   # the variant matrix's parameters, {} for the baseline
     profile: str = ""       # resolved for this notebook: see resolve_profiles()
+    stopped: str | None = None     # why it cannot run here (its GPU environment cannot compute): resolve_profiles()
+    cpu_reason: str | None = None  # on a GPU machine, why it runs on the CPU (its record says so)
     data: str | None = None  # what its `data` parameter gets, for tasks that have one
 
     @property
@@ -77,7 +79,7 @@ class Job:
 
     @property
     def environment(self) -> str:
-        return suite.FRAMEWORKS[self.framework]
+        return suite.run_environment(self.framework, self.parameters)
 
     def paths(self, out: Path) -> dict[str, Path]:
         """Where the run's record, executed notebook and log end up."""
@@ -305,8 +307,8 @@ def plan(args) -> list[Job]:
 # --- which profile each notebook runs -----------------------------------------------------------
 
 def probe_gpu(key: str) -> tuple[bool, str]:
-    """Ask one framework, in its kernel's environment, whether it sees a GPU: (answer, detail)."""
-    python = suite.venv_python(suite.FRAMEWORKS[key])
+    """Ask one framework, in the environment that runs its lines, to compute on the GPU: (answer, detail)."""
+    python = suite.venv_python(suite.run_environment(key, {}))
     try:
         proc = subprocess.run([str(python), "-c", suite.GPU_PROBES[key]], capture_output=True, text=True,
                               timeout=300, env=kernel_environment(), stdin=subprocess.DEVNULL)
@@ -318,10 +320,17 @@ def probe_gpu(key: str) -> tuple[bool, str]:
     return answer, ""
 
 
+def gpu_lock_set(key: str) -> str | None:
+    """The CUDA lock set this machine built for probe key `key`'s environment where it puts that line on the GPU."""
+    name = suite.chosen_lock_sets().get(suite.run_environment(key, {}))
+    return name if name and key in suite.LOCK_SETS[name].gpu_lines else None
+
+
 def resolve_profiles(jobs: list[Job], args) -> list[str]:
     """Give each job its profile and return the lines to print. `auto` is `cpu` without a GPU; on a
-    GPU machine it is `full` for a notebook whose framework's installed build sees the GPU and
-    `cpu` for one whose build does not (CPU-only pins), rather than hours of the full profile on a CPU."""
+    GPU machine it is `full` for a notebook whose framework computes on the GPU (its probe) and `cpu`
+    for one whose build has no GPU, with the reason in its record. A line whose environment was built
+    for the GPU (a CUDA lock set) but cannot compute there is stopped with that error, not run on the CPU."""
     gpus = env.gpu_names() if args.profile == "auto" else []
     if args.profile != "auto" or not gpus:
         for job in jobs:
@@ -329,13 +338,27 @@ def resolve_profiles(jobs: list[Job], args) -> list[str]:
         return ["profile auto: cpu (no GPU visible)"] if args.profile == "auto" else []
     keys = sorted({suite.gpu_probe_key(job.framework, job.parameters) for job in jobs})
     seen = {key: probe_gpu(key) for key in keys}
-    for job in jobs:
-        job.profile = "full" if seen[suite.gpu_probe_key(job.framework, job.parameters)][0] else "cpu"
-    lines = [f"profile auto: full where the framework sees the GPU ({gpus[0]} x{len(gpus)}), cpu elsewhere"]
+    lines = [f"profile auto: full where the framework computes on the GPU ({gpus[0]} x{len(gpus)}), cpu elsewhere"]
+    stopped, reasons = {}, {}
     for key, (sees, detail) in seen.items():
-        if not sees:
+        if sees:
+            continue
+        built = gpu_lock_set(key)
+        if built:
+            stopped[key] = (f"{suite.LABELS[key]} cannot compute on the GPU although its environment was built for "
+                            f"it (lock set {built}): {detail or 'its probe sees no GPU'}; likely a driver older than "
+                            f"CUDA {suite.LOCK_SETS[built].cuda} needs, CUDA_VISIBLE_DEVICES hiding the GPU, or an "
+                            "environment built on another machine: run `python3 scripts/setup_envs.py --force`")
+            lines.append(f"{key}: stopped: {stopped[key]}")
+        else:
+            reasons[key] = (f"{suite.LABELS[key]} runs on the CPU here"
+                            f"{f' ({detail})' if detail else ''}: {suite.GPU_BUILDS[key]}")
             lines.append(f"{key} sees no GPU{f' ({detail})' if detail else ''}: its notebooks run the cpu profile; "
-                         f"for its GPU build, {suite.GPU_BUILDS[key]}")
+                         f"{suite.GPU_BUILDS[key]}")
+    for job in jobs:
+        key = suite.gpu_probe_key(job.framework, job.parameters)
+        job.profile = "full" if seen[key][0] else "cpu"
+        job.stopped, job.cpu_reason = stopped.get(key), reasons.get(key)
     return lines
 
 
@@ -357,8 +380,9 @@ def inputs(job: Job, parameters: dict, args) -> dict:
     return {"parameters": {k: v for k, v in parameters.items() if k != "record_path"},
             "notebook": digest(job.notebook),
             "support": args.support,
-            "pins": digest(suite.REQUIREMENTS / f"{job.environment}.txt",
+            "pins": digest(suite.lock_file(job.environment),
                            suite.REQUIREMENTS / f"{job.environment}-constraints.txt"),
+            "lock_set": suite.lock_file(job.environment).stem,
             "hardware": args.hardware,
             "timed": args.timed}
 
@@ -448,6 +472,8 @@ def run_job(job: Job, args, out: Path, active: Active) -> dict | None:
     if missing:
         status, error = "failed", (f"{suite.shown(job.notebook)} declares no {', '.join(missing)} in its cell tagged "
                                    f"'parameters'; every notebook declares {', '.join(tasks.COMMON_PARAMETERS)}")
+    elif job.stopped:
+        status, error = "failed", job.stopped
     else:
         status, error = execute(job, args, parameters, staged["executed"], staged["log"], active)
     if active.stopping.is_set():
@@ -470,7 +496,7 @@ def run_job(job: Job, args, out: Path, active: Active) -> dict | None:
     # The notebook names its own variant (a backend, a mode); the runner alone knows the matrix's part of it.
     record.update(variant=job.variant, matrix=job.matrix, wall_s=round(time.time() - start, 1), timed=args.timed, inputs=inputs(job, parameters, args),
                   run=args.run_id, executed_notebook=str(paths["executed"].relative_to(out)),
-                  log=str(paths["log"].relative_to(out)))
+                  log=str(paths["log"].relative_to(out)), **({"cpu_reason": job.cpu_reason} if job.cpu_reason else {}))
     commit(record, paths, staged, out)
     shutil.rmtree(staging, ignore_errors=True)
     return record
@@ -676,7 +702,7 @@ def main(argv=None) -> int:
 
 def calibrate(gpu: bool) -> dict | None:
     """scripts/calibrate.py in the modern environment, in a process of its own (its threads and memory
-    leave with it): peak float32 matmul GFLOP/s per device, the harness overhead, the load average.
+    leave with it): peak matmul GFLOP/s per device and precision, the harness overhead, the load average.
     None, with one line saying why, where it cannot run: the rows then show no MFU. $DLROSETTA_CALIBRATION
     names a file holding a measurement made before (calibrate.py's output), used instead: the runner's
     tests, which need a figure but not this machine's."""
@@ -707,7 +733,7 @@ def run_metadata_path(out: Path, run_id: str) -> Path:
 def start_run(jobs: list[Job], args, out: Path) -> dict:
     """Measure the machine before the suite and write results/<machine>/runs/<run>.json."""
     gpu = bool(env.gpu_names())
-    print("measuring this machine's peak float32 matmul FLOP/s (scripts/calibrate.py)")
+    print("measuring this machine's peak matmul FLOP/s per precision (scripts/calibrate.py)")
     before = calibrate(gpu)
     meta = {"run": args.run_id, "profiles": sorted({job.profile for job in jobs if job.profile}),
             "argv": args.argv, "timed": args.timed, "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -751,6 +777,8 @@ def run_and_report(jobs: list[Job], args, out: Path) -> int:
         failures = -1
     finally:
         rows = report.build(out, args.readme)       # the tables always reflect every record there is
+        if rows:
+            report.write_machines(out.parent, args.readme)     # results/index.md: the machines side by side
         # this run's profiles; with --report-only, the one asked for (auto: every profile there is)
         profiles = [job.profile for job in jobs if job.profile] or (
             [args.profile] if args.profile != "auto" else list(suite.PROFILES))
