@@ -5,10 +5,13 @@ keeps both answers in the run's metadata, results/<machine>/runs/<run>.json: the
 peak each row's MFU divides by, the second says whether the machine stayed as fast through the
 run (results.md warns when they differ by more than 10%).
 
-The measurement is the one every MFU figure uses: a large float32 matrix multiply, warm-up calls
-first, then repeats of several calls each; the median repeat gives GFLOP/s = 2 n^3 / time. It
-times every BLAS at hand on the CPU (PyTorch's MKL and numpy's OpenBLAS) and oneDNN's 3x3
-convolution, keeping the fastest as the peak, and cuBLAS with TF32 off on a GPU.
+The measurement is the one every MFU figure uses: a large matrix multiply, warm-up calls first, then
+repeats of several calls each; the median repeat gives GFLOP/s = 2 n^3 / time. There is one peak per
+precision a device computes in (support.precision.PEAK_KINDS): on the CPU float32 and bfloat16, timing
+every BLAS at hand (PyTorch's MKL and numpy's OpenBLAS) and oneDNN's 3x3 convolution and keeping the
+fastest; on a GPU cuBLAS in float32 with TF32 off, TF32, bfloat16 and float16. A row's MFU divides by
+its own precision's peak. A peak that cannot be measured is named under "errors"; the others stay
+(a GPU that fails keeps the CPU's).
 
     .venvs/modern/bin/python scripts/calibrate.py              # JSON on stdout
     .venvs/modern/bin/python scripts/calibrate.py --cuda       # also the GPU
@@ -29,18 +32,40 @@ from support import timing  # noqa: E402  (support first: it points caches at .c
 SIZES = {"cpu": 4096, "cuda": 8192}          # big enough to run at the BLAS's peak, small enough for seconds
 CALLS = {"cpu": 1, "cuda": 20}               # multiplies per repeat
 
+# What each device is calibrated for: the kinds of support.precision.PEAK_KINDS that device can compute (a CPU
+# has no TF32 and, in these frameworks, no float16 training).
+KINDS = {"cpu": ("float32", "bf16"), "cuda": ("float32", "tf32", "bf16", "fp16")}
 
-def _torch_mm(device: str, n: int):
+
+def set_tf32(torch, on: bool) -> None:
+    """TF32 in cuBLAS's float32 matrix products, by PyTorch's current switch where it has it."""
+    matmul = torch.backends.cuda.matmul
+    if hasattr(matmul, "fp32_precision"):
+        matmul.fp32_precision = "tf32" if on else "ieee"
+    else:
+        matmul.allow_tf32 = on
+
+
+def _torch_dtype(torch, kind: str):
+    return {"float32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[kind]
+
+
+def _torch_mm(device: str, n: int, kind: str = "float32"):
     import torch
-    torch.backends.cuda.matmul.allow_tf32 = False     # true float32: the policy every notebook follows
-    a, b = (torch.randn(n, n, dtype=torch.float32, device=device) for _ in range(2))
+    if device == "cuda":
+        set_tf32(torch, kind == "tf32")       # float32 is true float32: the policy every notebook follows
+    dtype = _torch_dtype(torch, kind)
+    a, b = (torch.randn(n, n, device=device).to(dtype) for _ in range(2))
     sync = torch.cuda.synchronize if device == "cuda" else None
-    blas = "cuBLAS" if device == "cuda" else ("MKL" if torch.backends.mkl.is_available() else "BLAS")
-    return (lambda: torch.mm(a, b)), sync, f"torch {torch.__version__} ({blas})", 2.0 * n ** 3
+    blas = ("cuBLAS" + (", TF32" if kind == "tf32" else "") if device == "cuda"
+            else "MKL" if torch.backends.mkl.is_available() else "BLAS")
+    return (lambda: torch.mm(a, b)), sync, f"torch {torch.__version__} ({blas}, {dtype})", 2.0 * n ** 3
 
 
-def _numpy_mm(device: str, n: int):
+def _numpy_mm(device: str, n: int, kind: str = "float32"):
     import numpy as np
+    if kind != "float32":
+        raise ImportError("numpy has no bfloat16")
     rng = np.random.default_rng(0)
     a, b = (rng.standard_normal((n, n), dtype=np.float32) for _ in range(2))
     try:
@@ -53,70 +78,87 @@ def _numpy_mm(device: str, n: int):
 CONV = (16, 512, 28)        # batch, channels in = out, height = width: a 3x3 convolution of ResNet-50's stage 3
 
 
-def _torch_conv(device: str, n: int):
+def _torch_conv(device: str, n: int, kind: str = "float32"):
     """oneDNN's direct 3x3 convolution, channels-last: on AVX-512 CPUs it outruns every BLAS GEMM (on the
     2-core Zen 5 EPYC, about 500 GFLOP/s against OpenBLAS's 239), and the frameworks' convolutions run on it."""
     import torch
     batch, channels, size = CONV
-    x = torch.randn(batch, channels, size, size).contiguous(memory_format=torch.channels_last)
-    w = torch.randn(channels, channels, 3, 3)
+    dtype = _torch_dtype(torch, kind)
+    x = torch.randn(batch, channels, size, size).to(dtype).contiguous(memory_format=torch.channels_last)
+    w = torch.randn(channels, channels, 3, 3).to(dtype)
 
     def conv():
         with torch.no_grad():
             torch.nn.functional.conv2d(x, w, padding=1)
     flop = 2.0 * batch * size ** 2 * channels ** 2 * 9
-    return conv, None, f"torch {torch.__version__} (oneDNN 3x3 convolution)", flop
+    return conv, None, f"torch {torch.__version__} (oneDNN 3x3 convolution, {dtype})", flop
 
 
 KERNELS = {"cpu": (_torch_mm, _numpy_mm, _torch_conv), "cuda": (_torch_mm,)}
 
 
-def _kernels(device: str, n: int):
+def _kernels(device: str, n: int, kind: str):
     """(call, sync, label, flop per call) for each kernel on `device` whose library is installed."""
     found = []
     for make in KERNELS[device]:
         try:
-            found.append(make(device, n))
+            found.append(make(device, n, kind))
         except ImportError:
             continue
     if not found:
-        raise RuntimeError(f"calibrating {device} needs PyTorch in the modern environment")
+        raise RuntimeError(f"calibrating {device}/{kind} needs PyTorch in the modern environment")
     return found
 
 
-def matmul_peak(device: str = "cpu", repeats: int = timing.MIN_REPEATS, warmup: int = 2, n: int | None = None) -> dict:
-    """Median and best GFLOP/s of the fastest float32 kernel on `device` ("cpu" or "cuda"), n x n for a matmul.
+def matmul_peak(device: str = "cpu", repeats: int = timing.MIN_REPEATS, warmup: int = 2, n: int | None = None,
+                kind: str = "float32", calls: int | None = None) -> dict:
+    """Median and best GFLOP/s of the fastest kernel of `kind` (float32, tf32, bf16 or fp16) on `device`
+    ("cpu" or "cuda"), n x n for a matmul.
 
-    On the CPU every BLAS at hand is timed (PyTorch's MKL, numpy's OpenBLAS) and oneDNN's 3x3
+    On the CPU every BLAS at hand is timed (PyTorch's MKL, numpy's OpenBLAS for float32) and oneDNN's 3x3
     convolution, and the fastest is the peak: on an AMD CPU, MKL's float32 GEMM runs well below
     OpenBLAS's, and oneDNN's convolutions, which the frameworks use, outrun both; a slower peak
     put MFU above 100%.
     """
     n = n or SIZES[device]
-    calls = CALLS[device]
+    calls = calls or CALLS[device]
     results = []
-    for mm, sync, library, flop_per_call in _kernels(device, n):
-        flop = flop_per_call * calls
-        def repeat():
-            for _ in range(calls):
-                mm()
+    try:
+        for mm, sync, library, flop_per_call in _kernels(device, n, kind):
+            flop = flop_per_call * calls
 
-        summary = timing.benchmark(repeat, repeats=repeats, warmup=warmup, sync=sync, unit="repeat")
-        results.append({"device": device, "dtype": "float32", "n": n, "calls_per_repeat": calls,
-                        "repeats": repeats, "gflops": flop / summary["median_s"] / 1e9,
-                        "gflops_max": flop / summary["min_s"] / 1e9, "cv": summary["cv"],
-                        "laps_s": summary["laps_s"], "library": library})
+            def repeat():
+                for _ in range(calls):
+                    mm()
+
+            summary = timing.benchmark(repeat, repeats=repeats, warmup=warmup, sync=sync, unit="repeat")
+            results.append({"device": device, "dtype": kind, "n": n, "calls_per_repeat": calls,
+                            "repeats": repeats, "gflops": flop / summary["median_s"] / 1e9,
+                            "gflops_max": flop / summary["min_s"] / 1e9, "cv": summary["cv"],
+                            "laps_s": summary["laps_s"], "library": library})
+    finally:
+        if device == "cuda":
+            import torch
+            set_tf32(torch, False)
     best = max(results, key=lambda r: r["gflops"])
     return {**best, "libraries": {r["library"]: r["gflops"] for r in results}}
 
 
-def measure(cuda: bool = False) -> dict:
-    """{"cpu/float32": {...}, ["cuda/float32": {...}]} and the harness overhead, timed now."""
-    peaks = {"cpu/float32": matmul_peak("cpu")}
-    if cuda:
-        peaks["cuda/float32"] = matmul_peak("cuda")
-    return {"peaks": peaks, "harness_overhead_s": timing.overhead(), "load": list(os.getloadavg()),
-            "date": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+def measure(cuda: bool = False, devices: dict | None = None, **options) -> dict:
+    """{"peaks": {"cpu/float32": {...}, "cpu/bf16": {...}, ["cuda/float32", "cuda/tf32", ...]}, "errors": {...},
+    the harness overhead, the load}, timed now. Each peak is measured on its own: one that fails (a GPU the driver
+    cannot reach, a kind the device lacks) is named in `errors` with its one-line reason, and the others stay."""
+    devices = devices or {"cpu": KINDS["cpu"], **({"cuda": KINDS["cuda"]} if cuda else {})}
+    peaks, errors = {}, {}
+    for device, kinds in devices.items():
+        for kind in kinds:
+            key = f"{device}/{kind}"
+            try:
+                peaks[key] = matmul_peak(device, kind=kind, **options)
+            except Exception as err:      # noqa: BLE001  one peak's failure keeps the others
+                errors[key] = f"{type(err).__name__}: {' '.join(str(err).split())}"[:300]
+    return {"peaks": peaks, **({"errors": errors} if errors else {}), "harness_overhead_s": timing.overhead(),
+            "load": list(os.getloadavg()), "date": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
 
 
 def main(argv=None) -> int:

@@ -98,24 +98,6 @@ VERSIONS = ("torch", "torchvision", "triton", "jax", "jaxlib", "jax-cuda13-plugi
 
 # --- running one notebook without papermill (the child process) ------------------------------------------------
 
-def cell_source(cell: dict) -> str:
-    source = cell.get("source", "")
-    return "".join(source) if isinstance(source, list) else source
-
-
-def declared_parameters(notebook: dict) -> list[str]:
-    """The names the cell tagged `parameters` assigns, in order (papermill's inspect_notebook, by ast)."""
-    for cell in notebook["cells"]:
-        if cell.get("cell_type") == "code" and "parameters" in cell.get("metadata", {}).get("tags", []):
-            names = []
-            for node in ast.parse(cell_source(cell)).body:
-                targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
-                    node, (ast.AnnAssign, ast.AugAssign)) else []
-                names += [t.id for t in targets if isinstance(t, ast.Name) and t.id not in names]
-            return names
-    return []
-
-
 def inject_parameters(notebook: dict, parameters: dict) -> dict:
     """papermill's semantics: a code cell tagged `injected-parameters` assigning each parameter, right after the
     cell tagged `parameters` (at the top where there is none); an earlier injected cell is replaced."""
@@ -190,6 +172,7 @@ def run_cell(code: str, namespace: dict, filename: str) -> None:
 def execute_notebook(path: Path, executed: Path, parameters: dict) -> int:
     """Run the notebook's code cells in order in one fresh `__main__` namespace, the parameters injected;
     write the executed notebook (each cell's output) after every cell. 0 when every cell ran, else 1."""
+    from scripts import suite
     notebook = inject_parameters(json.loads(Path(path).read_text(encoding="utf-8")), parameters)
     main = types.ModuleType("__main__")
     main.__dict__.update(__builtins__=builtins, display=lambda *objs, **_: print(*objs),
@@ -215,7 +198,7 @@ def execute_notebook(path: Path, executed: Path, parameters: dict) -> int:
         failure = None
         try:
             with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-                run_cell(without_magics(cell_source(cell)), main.__dict__, f"<cell {index}>")
+                run_cell(without_magics(suite.cell_source(cell)), main.__dict__, f"<cell {index}>")
         except SystemExit as stop:
             if stop.code not in (None, 0):
                 failure = stop
@@ -329,23 +312,10 @@ def kill_group(proc: subprocess.Popen) -> None:
         pass
 
 
-def notebook_error(executed: Path, log: Path) -> str:
-    """The exception the notebook stopped on ('ValueError: ... (cell 7)'), else the log's last words."""
-    try:
-        for index, cell in enumerate(json.loads(executed.read_text(encoding="utf-8"))["cells"]):
-            for out in cell.get("outputs", []):
-                if out.get("output_type") == "error":
-                    return f"{out['ename']}: {out['evalue']} (cell {index})"[:500]
-    except (OSError, ValueError, KeyError):
-        pass
-    lines = [ln.strip() for ln in log.read_text(errors="replace").splitlines() if ln.strip()] if log.exists() else []
-    errors = [ln for ln in lines if "Error" in ln or "error" in ln]
-    return (errors or lines or ["the notebook stopped without output"])[-1][:500]
-
-
 def execute(check: Check, notebook: Path, executed: Path, log: Path, parameters: dict, env: dict,
             timeout: float) -> tuple[str, str | None]:
     """The notebook in a child process of its own, killed after `timeout` seconds: (status, error)."""
+    from scripts import suite
     command = [sys.executable, str(Path(__file__).resolve()), "--child", "notebook", str(notebook), str(executed),
                json.dumps(parameters)]
     log.parent.mkdir(parents=True, exist_ok=True)
@@ -362,15 +332,7 @@ def execute(check: Check, notebook: Path, executed: Path, log: Path, parameters:
             check.current = None
     if code == 0:
         return "ok", None
-    return "failed", notebook_error(executed, log) if code > 0 else f"killed by signal {-code}"
-
-
-def failed_record(job: Job, machine: str, status: str, error: str) -> dict:
-    from support.records import SCHEMA
-    return {"schema": SCHEMA, "task": job.task, "framework": job.framework, "variant": job.variant,
-            "status": status, "profile": job.profile, "data": None, "params": {}, "timing": {}, "metrics": {},
-            "n_parameters": None, "environment": {"machine": machine, "date": time.strftime("%Y-%m-%dT%H:%M:%S%z")},
-            "matrix": {}, "error": error}
+    return "failed", suite.notebook_error(executed, log) if code > 0 else f"killed by signal {-code}"
 
 
 def headline(record: dict) -> dict:
@@ -400,7 +362,7 @@ def run_job(check: Check, job: Job, timeout: float) -> dict:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.unlink(missing_ok=True)
     notebook = json.loads(job.notebook.read_text(encoding="utf-8"))
-    declared = declared_parameters(notebook)
+    declared = suite.declared_parameters(notebook)
     offered = {"profile": job.profile, "record_path": str(paths["record"].resolve()), "data": job.data, **job.run}
     parameters = {k: v for k, v in offered.items() if k in declared and v is not None}
     env = dict(check.child_env)
@@ -429,7 +391,8 @@ def run_job(check: Check, job: Job, timeout: float) -> dict:
         except (OSError, records.RecordError):
             pass
     if record is None or status not in ("ok",) + precision.STATUSES:
-        record = failed_record(job, check.results.name, status, error or status)
+        record = records.failed(job.task, job.framework, job.variant, job.profile, check.results.name, status,
+                                error or status)
     record.update(variant=job.variant, matrix={}, wall_s=seconds, timed=True, run=check.run_id,
                   inputs={"parameters": {k: v for k, v in parameters.items() if k != "record_path"},
                           "notebook": suite.digest(job.notebook),
@@ -703,7 +666,7 @@ def child_torch(profile: str) -> dict:
     import torch
     sys.path.insert(0, str(ROOT))
     from scripts import calibrate
-    from support import timing
+    from support import precision, timing
 
     small = profile != "full"           # the tiny and cpu profiles check the code path, not the peak
     cuda = torch.cuda.is_available()
@@ -712,36 +675,13 @@ def child_torch(profile: str) -> dict:
             "nccl": nccl_version(torch) if cuda else None,
             "devices": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if cuda else [],
             "capability": ".".join(map(str, torch.cuda.get_device_capability())) if cuda else None}
-    peaks, errors = {}, {}
-    try:
-        peaks["cpu/float32"] = calibrate.matmul_peak("cpu", n=1024 if small else None)
-    except Exception as err:      # noqa: BLE001  the GPU's peaks are still measured
-        errors["cpu/float32"] = f"{type(err).__name__}: {err}"
+    measured = calibrate.measure(devices={"cpu": calibrate.KINDS["cpu"]}, **({"n": 1024} if small else {}))
     if cuda:
-        n, calls = (2048, 5) if small else (8192, 20)
-        for key, dtype, tf32 in (("cuda/float32", torch.float32, False), ("cuda/tf32", torch.float32, True),
-                                 ("cuda/bf16", torch.bfloat16, False), ("cuda/fp16", torch.float16, False)):
-            try:
-                torch.backends.cuda.matmul.allow_tf32 = tf32
-                a, b = (torch.randn(n, n, device="cuda", dtype=dtype) for _ in range(2))
-
-                def repeat():
-                    for _ in range(calls):
-                        torch.mm(a, b)
-                summary = timing.benchmark(repeat, repeats=timing.MIN_REPEATS, warmup=2,
-                                           sync=torch.cuda.synchronize, unit="repeat")
-                flop = 2.0 * n ** 3 * calls
-                peaks[key] = {"device": "cuda", "dtype": str(dtype).replace("torch.", ""), "tf32": tf32, "n": n,
-                              "calls_per_repeat": calls, "repeats": timing.MIN_REPEATS,
-                              "gflops": flop / summary["median_s"] / 1e9,
-                              "gflops_max": flop / summary["min_s"] / 1e9, "cv": summary["cv"],
-                              "laps_s": summary["laps_s"],
-                              "library": f"torch {torch.__version__} (cuBLAS{', TF32' if tf32 else ''})"}
-                del a, b
-            except Exception as err:      # noqa: BLE001  one precision's failure keeps the others
-                errors[key] = f"{type(err).__name__}: {err}"
-        torch.backends.cuda.matmul.allow_tf32 = False
+        gpu = calibrate.measure(devices={"cuda": calibrate.KINDS["cuda"]}, **({"n": 2048, "calls": 5} if small else {}))
+        measured["peaks"].update(gpu["peaks"])
+        measured.setdefault("errors", {}).update(gpu.get("errors", {}))
         torch.cuda.empty_cache()
+    peaks, errors = measured["peaks"], measured.get("errors") or {}
     true32 = {"how": "float32 matmul against float64, Frobenius norm of the difference over the exact product's"}
     try:
         device = "cuda" if cuda else "cpu"
@@ -753,13 +693,15 @@ def child_torch(profile: str) -> dict:
         for name, tf32 in (("tf32_off", False), ("tf32_on", True)):
             if tf32 and not cuda:
                 continue
-            torch.backends.cuda.matmul.allow_tf32 = tf32
+            if cuda:
+                calibrate.set_tf32(torch, tf32)
             relative[name] = float(((a @ b).double() - exact).norm() / exact.norm())
-        torch.backends.cuda.matmul.allow_tf32 = False
+        if cuda:
+            calibrate.set_tf32(torch, False)
         true32.update(device=device, n=n, relative_error=relative, true_float32=relative["tf32_off"] < 1e-5)
     except Exception as err:      # noqa: BLE001
         errors["true_float32"] = f"{type(err).__name__}: {err}"
-    precisions = {"fp32": "cuda/float32", "tf32": "cuda/tf32", "bf16": "cuda/bf16", "fp16": "cuda/fp16"}
+    precisions = {p: precision.peak_key("cuda", p) for p in precision.PEAK_KINDS}
     return {"torch": info, "calibration": {"peaks": peaks, "harness_overhead_s": timing.overhead(),
                                            "load": list(os.getloadavg()),
                                            "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),

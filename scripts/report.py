@@ -4,7 +4,7 @@
 
 Reads `records/<profile>/*.json` under the machine's folder (written by the notebooks, or by
 the runner for a notebook that failed) and the run metadata `runs/<run>.json` the runner writes
-(this machine's peak float32 matmul GFLOP/s before and after the suite, load averages, the
+(this machine's peak matmul GFLOP/s per precision before and after the suite, load averages, the
 harness's own overhead), and writes, next to them:
 - `results.csv`: one row per record, every profile (columns below);
 - `results.md`: the machine calibration of every run the rows come from, then a table per profile
@@ -22,8 +22,9 @@ Each row's numbers (support/records.py, schema 2):
 - compute samples/s: `steps.samples_per_s` (inference: `timing.samples_per_s`); end to end:
   `timing.samples_per_s` over whole epochs, input pipeline included;
 - GFLOP/s = FLOPs per sample (`flops.train`; inference: `flops.forward`) x compute samples/s / 1e9;
-  MFU = that / the run's measured peak (`calibration.before["cpu/float32"]` for a CPU row, else
-  `"cuda/float32"`). A run file missing or malformed leaves MFU empty and results.md says so.
+  MFU = that / the run's measured peak in the row's device and precision (`calibration.before
+  ["cpu/float32"]`, `["cpu/bf16"]`, `["cuda/tf32"]`, ...: support.precision.peak_key). A run file
+  missing or malformed, or one without that peak, leaves MFU empty and results.md says so.
 Schema-1 records (written before these fields) show them empty ("—"), their `compile_s` too: it was
 "first epoch minus median" in TensorFlow and Keras, not a compilation.
 
@@ -58,7 +59,7 @@ from statistics import median
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from scripts import suite  # noqa: E402
-from support import tasks  # noqa: E402
+from support import precision as prec, tasks  # noqa: E402
 from support.files import atomic_write, replacing  # noqa: E402
 from support.records import METRICS, RecordError, read  # noqa: E402
 
@@ -250,8 +251,9 @@ def run_path(machine_dir: Path, run_id: str) -> Path:
 
 
 def peak_key(r: dict) -> str:
-    """The calibration a row's MFU divides by: the CPU's for a CPU row, else the GPU's."""
-    return "cpu/float32" if r.get("device") == "cpu" else "cuda/float32"
+    """The calibration a row's MFU divides by: its device's peak in its own precision ('cpu/float32',
+    'cpu/bf16', 'cuda/tf32', ...); a run that measured no such peak leaves the row without MFU."""
+    return prec.peak_key(r.get("device") or "", r.get("precision") or prec.BASELINE)
 
 
 def peak(meta: dict, key: str, when: str = "before") -> float | None:
@@ -467,9 +469,10 @@ def calibration_section(rows: list[dict], runs: dict[str, dict]) -> list[str]:
     """Per run the rows come from: the peak GFLOP/s before and after the suite (a warning where they
     differ by more than DRIFT_LIMIT), the load averages, the harness overhead against the shortest step."""
     parts = ["## Machine calibration", "",
-             "Each run measures this machine's peak float32 GFLOP/s (`scripts/calibrate.py`: a large matmul in "
-             "every BLAS at hand and a oneDNN 3x3 convolution, the fastest kept, warm-up and repeats, median) "
-             "before and after the suite; MFU divides by the peak before. "
+             "Each run measures this machine's peak GFLOP/s per precision (`scripts/calibrate.py`: a large matmul "
+             "in every BLAS at hand and a oneDNN 3x3 convolution, the fastest kept, warm-up and repeats, median; "
+             "float32 and bfloat16 on the CPU, float32 with TF32 off, TF32, bfloat16 and float16 on a GPU) before "
+             "and after the suite; a row's MFU divides by the peak before in the row's own precision. "
              "A peak that moved by more than 10% means the machine was not equally fast throughout.", ""]
     if not runs:
         return parts + ["No row names a run of `run_all.py` (records written before the run metadata, or by a "
@@ -517,7 +520,8 @@ def calibration_section(rows: list[dict], runs: dict[str, dict]) -> list[str]:
                       "no drift check.", ""]
         missing = sorted({peak_key(r) for r in run_rows if r["gflops"] is not None and r["mfu"] is None})
         if before and missing:
-            parts += [f"No {', '.join(missing)} peak in this run: its rows on that device show no MFU.", ""]
+            parts += [f"No {', '.join(missing)} peak in this run (runs before 2026-11-27 measured float32 only): "
+                      "its rows in that precision on that device show no MFU.", ""]
         parts += warnings + ([""] if warnings else [])
         parts += [load_line(meta), "", overhead_line(meta, run_rows), ""]
     return parts
@@ -653,7 +657,7 @@ def plot(task_rows: list[dict], path: Path, title: str) -> None:
         ax_t.set_xlabel("samples/s")
     bars(ax_u, [None if r["mfu"] is None else 100 * r["mfu"] for r in task_rows], 0, 0.7, "tab:purple", None,
          text=lambda v: f"{fmt(v, 2)}%")
-    ax_u.set_xlabel("MFU, % of the measured float32 matmul peak")
+    ax_u.set_xlabel("MFU, % of the measured matmul peak in the row's precision")
     if has_device_memory(task_rows):
         bars(ax_mem, [r["host_peak_bytes"] and r["host_peak_bytes"] / MIB for r in task_rows], -0.2, 0.4,
              "tab:brown", "host (peak RSS)", hatch_flagged=False)
@@ -815,7 +819,7 @@ def readme_table(rows: list[dict], machine: str) -> str:
               "*end-to-end samples/s*: whole epochs, input pipeline included; *first step s*: its total time, "
               f"compilation included; *compile s*: the compilation alone ({EMPTY}: the framework runs eagerly); "
               "*host MiB*: peak resident memory; *GFLOP/s*: the model's FLOPs per sample times compute samples/s; "
-              "*MFU*: that over this machine's float32 matmul peak measured at the start of the run."
+              "*MFU*: that over this machine's matmul peak in the row's precision, measured at the start of the run."
               + (f" `!` and {NOT_COMPARABLE}: accuracy or AUC outside the band around the other frameworks', so the "
                  "row's time is not comparable." if any(r["band"] == "outside" for r in rows) else ""))
     parts = [note, "", legend]
@@ -832,6 +836,98 @@ def update_readme(readme: Path, rows: list[dict], machine: str) -> None:
     before, rest = text.split(README_START, 1)
     after = rest.split(README_END, 1)[1]
     atomic_write(readme, f"{before}{README_START}\n{readme_table(rows, machine)}\n{README_END}{after}")
+
+
+# --- machines side by side: results/index.md and the README ---------------------------------------------------
+
+MACHINES_START, MACHINES_END = "<!-- machines:start -->", "<!-- machines:end -->"
+
+
+def machine_rows(results: Path) -> dict[str, list[dict]]:
+    """{machine folder: its baseline rows that ran}, from each results/<machine>/results.csv (what build wrote)."""
+    found = {}
+    for folder in sorted(p for p in results.iterdir() if (p / "results.csv").is_file()):
+        with open(folder / "results.csv", newline="", encoding="utf-8") as handle:
+            rows = [r for r in csv.DictReader(handle) if r.get("status") == "ok" and not r.get("matrix")
+                    and number(_float(r.get("compute_samples_per_s")))]
+        if rows:
+            found[folder.name] = rows
+    return found
+
+
+def _float(text):
+    try:
+        return float(text)
+    except (TypeError, ValueError):
+        return None
+
+
+def machines_tables(results: Path, reference: str | None = None, min_machines: int = 1) -> list[str]:
+    """Per task and profile, each framework line's steady-state compute samples/s (ResNet-50: images/s) on every
+    machine with records of that profile, and its ratio to the reference machine: `reference` where it has the
+    profile, else the machine with the most lines of it (then by name). A machine's device is named under it.
+    Only groups with at least `min_machines` machines."""
+    found = machine_rows(results)
+    parts = []
+    groups = sorted({(r["task"], r["profile"]) for rows in found.values() for r in rows},
+                    key=lambda g: (list(suite.TASKS).index(g[0]) if g[0] in suite.TASKS else 99, g[1]))
+    for task, profile in groups:
+        machines = {m: {(r["framework"], r.get("line") or r.get("variant") or ""): r for r in rows
+                        if (r["task"], r["profile"]) == (task, profile)} for m, rows in found.items()}
+        machines = {m: lines for m, lines in machines.items() if lines}
+        if len(machines) < min_machines:
+            continue
+        ref = reference if reference in machines else min(machines, key=lambda m: (-len(machines[m]), m))
+        lines = sorted({key for lines in machines.values() for key in lines},
+                       key=lambda k: (FRAMEWORK_ORDER.get(k[0], 99), k[1]))
+        names = list(machines)
+        devices = [cell(next(iter(machines[m].values())).get("device") or EMPTY) for m in names]
+        parts += [f"### {TASK_TITLES.get(task, task)}, profile `{profile}`", "",
+                  "| framework | " + " | ".join(f"`{m}`{' (reference)' if m == ref else ''}" for m in names) + " |",
+                  "|---|" + "---:|" * len(names),
+                  "| *device* | " + " | ".join(devices) + " |"]
+        for key in lines:
+            label = f"{key[0]} ({key[1]})" if key[1] else key[0]
+            base = machines[ref].get(key)
+            base_value = _float(base["compute_samples_per_s"]) if base else None
+            cells = []
+            for m in names:
+                row = machines[m].get(key)
+                value = _float(row["compute_samples_per_s"]) if row else None
+                if value is None:
+                    cells.append(EMPTY)
+                elif m == ref or not base_value:
+                    cells.append(fmt(value))
+                else:
+                    cells.append(f"{fmt(value)} (×{value / base_value:.2g})")
+            parts.append(f"| {cell(label)} | " + " | ".join(cells) + " |")
+        parts.append("")
+    return parts
+
+
+def write_machines(results: Path, readme: Path | None = None, reference: str | None = None) -> Path:
+    """results/index.md: every machine's results, and the machines side by side; where `readme` has the machines
+    markers, the groups with two machines or more between them."""
+    found = machine_rows(results)
+    intro = ("Each task's framework lines on every machine in `results/` (the seed's tables put hardware in "
+             "columns): steady-state compute samples/s (ResNet-50: images/s; higher is faster), and in brackets "
+             "the ratio to the reference machine (the one with the most lines of that profile). Only lines of one "
+             "profile compare: its batch sizes and data are the same on every machine.")
+    index = ["# Results by machine", "",
+             *[f"- [`{m}`]({m}/results.md): {len(rows)} baseline lines" for m, rows in found.items()], "",
+             "## Machines side by side", "", intro, "", *machines_tables(results, reference)]
+    path = results / "index.md"
+    atomic_write(path, "\n".join(index).rstrip() + "\n")
+    if readme and readme.exists():
+        text = readme.read_text()
+        if MACHINES_START in text and MACHINES_END in text:
+            tables = machines_tables(results, reference, min_machines=2)
+            body = [intro, "", *tables] if tables else [
+                "No profile has run on two machines yet: [results/index.md](results/index.md) lists each machine."]
+            before, rest = text.split(MACHINES_START, 1)
+            after = rest.split(MACHINES_END, 1)[1]
+            atomic_write(readme, f"{before}{MACHINES_START}\n" + "\n".join(body).rstrip() + f"\n{MACHINES_END}{after}")
+    return path
 
 
 # --- the variant matrix: precision, compilation, batch-size sweeps ------------------------------------------

@@ -43,7 +43,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from scripts import build_site, papermill_rank, report, suite  # noqa: E402
-from support import env, params, precision, tasks  # noqa: E402
+from support import env, params, precision, records, tasks  # noqa: E402
 from support.data import SOURCES as DATA_WORDS  # noqa: E402
 from support.timing import batch_sizes as timing_sizes  # noqa: E402
 from support.records import SCHEMA, RecordError, atomic_write_json, read  # noqa: E402
@@ -61,6 +61,8 @@ class Job:
     notebook: Path
     matrix: dict = field(default_factory=dict)   # the variant matrix's parameters, {} for the baseline
     profile: str = ""       # resolved for this notebook: see resolve_profiles()
+    stopped: str | None = None     # why it cannot run here (its GPU environment cannot compute): resolve_profiles()
+    cpu_reason: str | None = None  # on a GPU machine, why it runs on the CPU (its record says so)
     data: str | None = None  # what its `data` parameter gets, for tasks that have one
 
     @property
@@ -77,7 +79,7 @@ class Job:
 
     @property
     def environment(self) -> str:
-        return suite.FRAMEWORKS[self.framework]
+        return suite.run_environment(self.framework, self.parameters)
 
     def paths(self, out: Path) -> dict[str, Path]:
         """Where the run's record, executed notebook and log end up."""
@@ -305,8 +307,8 @@ def plan(args) -> list[Job]:
 # --- which profile each notebook runs -----------------------------------------------------------
 
 def probe_gpu(key: str) -> tuple[bool, str]:
-    """Ask one framework, in its kernel's environment, whether it sees a GPU: (answer, detail)."""
-    python = suite.venv_python(suite.FRAMEWORKS[key])
+    """Ask one framework, in the environment that runs its lines, to compute on the GPU: (answer, detail)."""
+    python = suite.venv_python(suite.run_environment(key, {}))
     try:
         proc = subprocess.run([str(python), "-c", suite.GPU_PROBES[key]], capture_output=True, text=True,
                               timeout=300, env=kernel_environment(), stdin=subprocess.DEVNULL)
@@ -318,10 +320,17 @@ def probe_gpu(key: str) -> tuple[bool, str]:
     return answer, ""
 
 
+def gpu_lock_set(key: str) -> str | None:
+    """The CUDA lock set this machine built for probe key `key`'s environment where it puts that line on the GPU."""
+    name = suite.chosen_lock_sets().get(suite.run_environment(key, {}))
+    return name if name and key in suite.LOCK_SETS[name].gpu_lines else None
+
+
 def resolve_profiles(jobs: list[Job], args) -> list[str]:
     """Give each job its profile and return the lines to print. `auto` is `cpu` without a GPU; on a
-    GPU machine it is `full` for a notebook whose framework's installed build sees the GPU and
-    `cpu` for one whose build does not (CPU-only pins), rather than hours of the full profile on a CPU."""
+    GPU machine it is `full` for a notebook whose framework computes on the GPU (its probe) and `cpu`
+    for one whose build has no GPU, with the reason in its record. A line whose environment was built
+    for the GPU (a CUDA lock set) but cannot compute there is stopped with that error, not run on the CPU."""
     gpus = env.gpu_names() if args.profile == "auto" else []
     if args.profile != "auto" or not gpus:
         for job in jobs:
@@ -329,13 +338,27 @@ def resolve_profiles(jobs: list[Job], args) -> list[str]:
         return ["profile auto: cpu (no GPU visible)"] if args.profile == "auto" else []
     keys = sorted({suite.gpu_probe_key(job.framework, job.parameters) for job in jobs})
     seen = {key: probe_gpu(key) for key in keys}
-    for job in jobs:
-        job.profile = "full" if seen[suite.gpu_probe_key(job.framework, job.parameters)][0] else "cpu"
-    lines = [f"profile auto: full where the framework sees the GPU ({gpus[0]} x{len(gpus)}), cpu elsewhere"]
+    lines = [f"profile auto: full where the framework computes on the GPU ({gpus[0]} x{len(gpus)}), cpu elsewhere"]
+    stopped, reasons = {}, {}
     for key, (sees, detail) in seen.items():
-        if not sees:
+        if sees:
+            continue
+        built = gpu_lock_set(key)
+        if built:
+            stopped[key] = (f"{suite.LABELS[key]} cannot compute on the GPU although its environment was built for "
+                            f"it (lock set {built}): {detail or 'its probe sees no GPU'}; likely a driver older than "
+                            f"CUDA {suite.LOCK_SETS[built].cuda} needs, CUDA_VISIBLE_DEVICES hiding the GPU, or an "
+                            "environment built on another machine: run `python3 scripts/setup_envs.py --force`")
+            lines.append(f"{key}: stopped: {stopped[key]}")
+        else:
+            reasons[key] = (f"{suite.LABELS[key]} runs on the CPU here"
+                            f"{f' ({detail})' if detail else ''}: {suite.GPU_BUILDS[key]}")
             lines.append(f"{key} sees no GPU{f' ({detail})' if detail else ''}: its notebooks run the cpu profile; "
-                         f"for its GPU build, {suite.GPU_BUILDS[key]}")
+                         f"{suite.GPU_BUILDS[key]}")
+    for job in jobs:
+        key = suite.gpu_probe_key(job.framework, job.parameters)
+        job.profile = "full" if seen[key][0] else "cpu"
+        job.stopped, job.cpu_reason = stopped.get(key), reasons.get(key)
     return lines
 
 
@@ -344,23 +367,11 @@ def resolve_profiles(jobs: list[Job], args) -> list[str]:
 digest, support_files = suite.digest, suite.support_files     # what a record was made from (suite)
 
 
-_declared_cache: dict[Path, set] = {}
-
-
-def declared_parameters(notebook: Path) -> set[str]:
-    """The names in the notebook's cell tagged `parameters`, as papermill reads them."""
-    if notebook not in _declared_cache:
-        import papermill
-
-        _declared_cache[notebook] = set(papermill.inspect_notebook(str(notebook)))
-    return _declared_cache[notebook]
-
-
 def notebook_parameters(job: Job, args, record_path: Path) -> dict:
     """What papermill passes to the notebook: of the runner's parameters, those it declares."""
     offered = {"profile": job.profile, "record_path": str(Path(record_path).resolve()), "data": job.data,
                **({"parity": True} if args.parity else {}), **job.parameters, **job.matrix}
-    declared = declared_parameters(job.notebook)
+    declared = suite.declared_parameters(job.notebook)
     return {name: value for name, value in offered.items() if name in declared and value is not None}
 
 
@@ -369,8 +380,9 @@ def inputs(job: Job, parameters: dict, args) -> dict:
     return {"parameters": {k: v for k, v in parameters.items() if k != "record_path"},
             "notebook": digest(job.notebook),
             "support": args.support,
-            "pins": digest(suite.REQUIREMENTS / f"{job.environment}.txt",
+            "pins": digest(suite.lock_file(job.environment),
                            suite.REQUIREMENTS / f"{job.environment}-constraints.txt"),
+            "lock_set": suite.lock_file(job.environment).stem,
             "hardware": args.hardware,
             "timed": args.timed}
 
@@ -431,23 +443,6 @@ def kill_tree(pid: int) -> None:
     psutil.wait_procs(procs, timeout=10)
 
 
-def notebook_error(executed: Path, log: Path) -> str:
-    """The exception a notebook stopped on ('ValueError: ... (cell 7)'), else the log's last words. Run once per
-    device (suite.PROCESS_PER_DEVICE), rank 0's notebook first, then the other ranks' (papermill_rank.py names them)."""
-    for rank, path in [(0, executed), *papermill_rank.other_ranks(executed)]:
-        try:
-            cells = json.loads(path.read_text())["cells"]
-            for i, cell in enumerate(cells):
-                for out in cell.get("outputs", []):
-                    if out.get("output_type") == "error":
-                        return f"{out['ename']}: {out['evalue']} (cell {i}{f', rank {rank}' if rank else ''})"
-        except (OSError, ValueError, KeyError):
-            pass
-    lines = [line.strip() for line in log.read_text(errors="replace").splitlines() if line.strip()] if log.exists() else []
-    errors = [line for line in lines if "Error" in line or "died" in line]
-    return (errors or lines or ["papermill failed without output"])[-1][:500]
-
-
 @dataclass
 class Active:
     """The runs in progress, so that an interrupt can stop every kernel and keep every old record."""
@@ -461,14 +456,6 @@ class Active:
             procs = list(self.procs)
         for proc in procs:
             kill_tree(proc.pid)
-
-
-def failed_record(job: Job, args, status: str, error: str) -> dict:
-    return {"schema": SCHEMA, "task": job.task, "framework": job.framework, "variant": job.variant,
-            "status": status, "profile": job.profile, "data": None, "params": {}, "timing": {},
-            "metrics": {}, "n_parameters": None,
-            "environment": {"machine": args.machine, "date": time.strftime("%Y-%m-%dT%H:%M:%S%z")},
-            "matrix": job.matrix, "error": error}
 
 
 def run_job(job: Job, args, out: Path, active: Active) -> dict | None:
@@ -485,6 +472,8 @@ def run_job(job: Job, args, out: Path, active: Active) -> dict | None:
     if missing:
         status, error = "failed", (f"{suite.shown(job.notebook)} declares no {', '.join(missing)} in its cell tagged "
                                    f"'parameters'; every notebook declares {', '.join(tasks.COMMON_PARAMETERS)}")
+    elif job.stopped:
+        status, error = "failed", job.stopped
     else:
         status, error = execute(job, args, parameters, staged["executed"], staged["log"], active)
     if active.stopping.is_set():
@@ -502,11 +491,12 @@ def run_job(job: Job, args, out: Path, active: Active) -> dict | None:
         except (OSError, RecordError):
             pass
     if status not in FINAL:
-        record = failed_record(job, args, status, error)
+        record = records.failed(job.task, job.framework, job.variant, job.profile, args.machine, status, error,
+                                matrix=job.matrix)
     # The notebook names its own variant (a backend, a mode); the runner alone knows the matrix's part of it.
     record.update(variant=job.variant, matrix=job.matrix, wall_s=round(time.time() - start, 1), timed=args.timed, inputs=inputs(job, parameters, args),
                   run=args.run_id, executed_notebook=str(paths["executed"].relative_to(out)),
-                  log=str(paths["log"].relative_to(out)))
+                  log=str(paths["log"].relative_to(out)), **({"cpu_reason": job.cpu_reason} if job.cpu_reason else {}))
     commit(record, paths, staged, out)
     shutil.rmtree(staging, ignore_errors=True)
     return record
@@ -536,7 +526,7 @@ def execute(job: Job, args, parameters: dict, executed: Path, log: Path, active:
             active.procs.add(proc)
         try:
             code = proc.wait(timeout=timeout)
-            return ("ok", None) if code == 0 else ("failed", notebook_error(executed, log))
+            return ("ok", None) if code == 0 else ("failed", suite.notebook_error(executed, log, papermill_rank.other_ranks(executed)))
         except subprocess.TimeoutExpired:
             kill_tree(proc.pid)
             return "timeout", f"no result after {timeout} s (raise the limit with --timeout)"
@@ -712,7 +702,7 @@ def main(argv=None) -> int:
 
 def calibrate(gpu: bool) -> dict | None:
     """scripts/calibrate.py in the modern environment, in a process of its own (its threads and memory
-    leave with it): peak float32 matmul GFLOP/s per device, the harness overhead, the load average.
+    leave with it): peak matmul GFLOP/s per device and precision, the harness overhead, the load average.
     None, with one line saying why, where it cannot run: the rows then show no MFU. $DLROSETTA_CALIBRATION
     names a file holding a measurement made before (calibrate.py's output), used instead: the runner's
     tests, which need a figure but not this machine's."""
@@ -743,7 +733,7 @@ def run_metadata_path(out: Path, run_id: str) -> Path:
 def start_run(jobs: list[Job], args, out: Path) -> dict:
     """Measure the machine before the suite and write results/<machine>/runs/<run>.json."""
     gpu = bool(env.gpu_names())
-    print("measuring this machine's peak float32 matmul FLOP/s (scripts/calibrate.py)")
+    print("measuring this machine's peak matmul FLOP/s per precision (scripts/calibrate.py)")
     before = calibrate(gpu)
     meta = {"run": args.run_id, "profiles": sorted({job.profile for job in jobs if job.profile}),
             "argv": args.argv, "timed": args.timed, "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -787,6 +777,8 @@ def run_and_report(jobs: list[Job], args, out: Path) -> int:
         failures = -1
     finally:
         rows = report.build(out, args.readme)       # the tables always reflect every record there is
+        if rows:
+            report.write_machines(out.parent, args.readme)     # results/index.md: the machines side by side
         # this run's profiles; with --report-only, the one asked for (auto: every profile there is)
         profiles = [job.profile for job in jobs if job.profile] or (
             [args.profile] if args.profile != "auto" else list(suite.PROFILES))

@@ -6,15 +6,25 @@
     python3 scripts/setup_envs.py legacy       # one of them
     python3 scripts/setup_envs.py --force      # rebuild even if the pins are unchanged
     python3 scripts/setup_envs.py --lock modern  # re-resolve requirements/modern.in into modern.txt
+    python3 scripts/setup_envs.py --lock modern-cuda   # likewise a CUDA lock set (by resolution alone)
 
 Each environment is a virtual environment in `.venvs/<name>` made with Python 3.11 and
-installed from the exact pins in `requirements/<name>.txt` (plus
+installed from the exact pins of one lock set, `requirements/<lock set>.txt` (plus
 `requirements/<name>-constraints.txt` for build-time pins, where it exists, after the user's
 own pip constraints). A stamp file holds a hash of what it was built from and where, so a
 second call costs a second and a moved or copied checkout gets rebuilt. Both kernels are
 registered in the modern environment's prefix, where the runner's Jupyter finds them, and
 the repository root is put on each environment's path (relative to it) so that notebooks
 `import support`.
+
+Which lock sets (scripts/suite.py, LOCK_SETS): on a machine without an NVIDIA GPU, the CPU sets
+`modern` and `legacy`. Where `nvidia-smi` answers, the CUDA sets: `modern-cuda` (PyTorch and JAX on
+CUDA 13), `tensorflow-cuda` (a third environment, `tensorflow`: TensorFlow and Keras on TensorFlow
+on CUDA 12, which cannot share an environment with CUDA 13) and `legacy-cuda` (CuPy for Chainer,
+CUDA 11.8), after checking the driver against each set's CUDA: a driver too old stops the set-up
+with one line. DLROSETTA_GPU=cpu or =cuda forces either way. The choice is written to
+`.venvs/lock-sets.json`, where the runner reads which kernel runs each line and which pins a
+record names.
 Runs with any Python 3; needs Python 3.11 (MXNet and Chainer break on 3.12).
 """
 from __future__ import annotations
@@ -22,6 +32,7 @@ from __future__ import annotations
 import argparse
 import ast
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -87,18 +98,78 @@ def pip_environ(env: str, python) -> dict:
     return environ
 
 
-def fingerprint(python: str, env: str) -> str:
-    """A hash of what the environment is built from and where: the interpreter, the pin files, its path."""
+def fingerprint(python: str, env: str, lock_set: str | None = None) -> str:
+    """A hash of what the environment is built from and where: the interpreter, the lock set's pin files, its path."""
+    lock_set = lock_set or env
     version = subprocess.run([python, "-c", "import sys; print(sys.version)"], capture_output=True, text=True,
                              check=True).stdout
     h = hashlib.sha256(version.encode())
-    for name in (f"{env}.txt", f"{env}-constraints.txt"):
+    for name in (f"{lock_set}.txt", f"{env}-constraints.txt"):
         path = suite.REQUIREMENTS / name
         if path.exists():
             h.update(path.read_bytes())
     h.update(str(BUILD_VERSION).encode())
+    if lock_set != env:
+        h.update(lock_set.encode())              # a CUDA set (a CPU set's hash is what it was before lock sets)
     h.update(str(suite.VENVS / env).encode())    # scripts' shebangs hold it: a moved environment is rebuilt
     return h.hexdigest()
+
+
+# --- which lock sets: the GPU and its driver ------------------------------------------------------------------
+
+FORCE = "DLROSETTA_GPU"      # "cpu" or "cuda": build those lock sets whatever nvidia-smi says ("auto", unset: ask it)
+
+
+def nvidia_gpu() -> dict | None:
+    """The first GPU nvidia-smi lists: {"name", "driver" (its version string), "capability"}; None where there is
+    no nvidia-smi or it answers nothing usable (no driver loaded, no GPU)."""
+    exe = shutil.which("nvidia-smi")
+    if not exe:
+        return None
+    try:
+        proc = subprocess.run([exe, "--query-gpu=name,driver_version,compute_cap", "--format=csv,noheader"],
+                              capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    fields = [f.strip() for f in (proc.stdout.strip().splitlines() or [""])[0].split(",")]
+    if proc.returncode or len(fields) != 3 or not all(fields):
+        return None
+    return {"name": fields[0], "driver": fields[1], "capability": fields[2]}
+
+
+def version_tuple(text: str) -> tuple:
+    return tuple(int(part) for part in text.split(".") if part.isdigit())
+
+
+def choose_lock_sets() -> tuple[str, dict | None, list[str]]:
+    """('cpu' or 'cuda', the GPU nvidia-smi names, the lock sets to build). On a GPU machine, every CUDA set's
+    driver is checked: one too old stops the set-up with one line (the driver found, the one needed, the choice)."""
+    forced = os.environ.get(FORCE, "auto").strip().lower() or "auto"
+    if forced not in ("auto", "cpu", "cuda"):
+        sys.exit(f"setup_envs.py: {FORCE}={forced!r}: choose cpu, cuda or auto (unset: ask nvidia-smi)")
+    gpu = nvidia_gpu() if forced != "cpu" else None
+    kind = forced if forced != "auto" else ("cuda" if gpu else "cpu")
+    sets = list(suite.MACHINE_LOCK_SETS[kind])
+    if kind == "cuda" and gpu:
+        found = version_tuple(gpu["driver"])
+        for name in sets:
+            needed = suite.LOCK_SETS[name].driver
+            if needed and found < needed:
+                sys.exit(f"setup_envs.py: the NVIDIA driver is {gpu['driver']} ({gpu['name']}); the {name} lock set "
+                         f"(CUDA {suite.LOCK_SETS[name].cuda}) needs {'.'.join(map(str, needed))} or newer: update "
+                         f"the driver, or set {FORCE}=cpu to build the CPU lock sets (every line then runs on the CPU)")
+    return kind, gpu, sets
+
+
+def write_choice(kind: str, gpu: dict | None, sets: list[str]) -> None:
+    """.venvs/lock-sets.json: the runner reads from it which environment runs each line and which pins it used."""
+    suite.VENVS.mkdir(parents=True, exist_ok=True)
+    choice = {"machine": kind, "gpu": gpu, "forced": os.environ.get(FORCE) or None,
+              "sets": {suite.LOCK_SETS[name].environment: name for name in sets}}
+    path = suite.VENVS / suite.CHOSEN
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(choice, indent=1) + "\n")
+    tmp.replace(path)
 
 
 def run(cmd: list, **kwargs) -> None:
@@ -106,9 +177,10 @@ def run(cmd: list, **kwargs) -> None:
     subprocess.run(list(map(str, cmd)), check=True, **kwargs)
 
 
-def write_stamp(python: str, env: str) -> None:
-    """The fingerprint, then the environment's path in clear (to say where a moved one came from)."""
-    (suite.VENVS / env / STAMP).write_text(f"{fingerprint(python, env)}\n{suite.VENVS / env}\n")
+def write_stamp(python: str, env: str, lock_set: str | None = None) -> None:
+    """The fingerprint, then the environment's path and its lock set in clear (where a moved one came from)."""
+    (suite.VENVS / env / STAMP).write_text(f"{fingerprint(python, env, lock_set)}\n{suite.VENVS / env}\n"
+                                           f"{lock_set or env}\n")
 
 
 def moved_from(env: str) -> Path | None:
@@ -118,9 +190,9 @@ def moved_from(env: str) -> Path | None:
     return Path(lines[1]) if len(lines) > 1 and Path(lines[1]) != suite.VENVS / env else None
 
 
-def up_to_date(python: str, env: str) -> bool:
+def up_to_date(python: str, env: str, lock_set: str | None = None) -> bool:
     stamp = suite.VENVS / env / STAMP
-    return (stamp.exists() and stamp.read_text().split("\n")[0] == fingerprint(python, env)
+    return (stamp.exists() and stamp.read_text().split("\n")[0] == fingerprint(python, env, lock_set)
             and suite.venv_python(env).exists())
 
 
@@ -138,21 +210,21 @@ def write_path_file(env: str) -> Path:
     return path
 
 
-def build(python: str, env: str, force: bool) -> None:
-    venv = suite.VENVS / env
-    if not force and up_to_date(python, env):
-        print(f"{env}: up to date ({venv})")
+def build(python: str, env: str, force: bool, lock_set: str | None = None) -> None:
+    venv, lock_set = suite.VENVS / env, lock_set or env
+    if not force and up_to_date(python, env, lock_set):
+        print(f"{env}: up to date ({venv}, lock set {lock_set})")
         return
     start = time.time()
     moved = moved_from(env)
     if moved:
         print(f"{env}: moved from {moved} to {venv}; rebuilding it (its scripts name the old path)", flush=True)
-    print(f"{env}: building {venv} from requirements/{env}.txt", flush=True)
+    print(f"{env}: building {venv} from requirements/{lock_set}.txt", flush=True)
     run([python, "-m", "venv", "--clear", venv])
     run([suite.venv_python(env), "-m", "pip", "install", "--quiet", "-r",
-         suite.REQUIREMENTS / f"{env}.txt"], env=pip_environ(env, suite.venv_python(env)))
+         suite.REQUIREMENTS / f"{lock_set}.txt"], env=pip_environ(env, suite.venv_python(env)))
     write_path_file(env)
-    write_stamp(python, env)
+    write_stamp(python, env, lock_set)
     print(f"{env}: built in {time.time() - start:.0f} s")
 
 
@@ -198,20 +270,31 @@ def system_packages() -> str | None:
     return None if CHROMIUM.exists() else f"apt-get installed chromium but {CHROMIUM} is not there: {how}"
 
 
-def lock(python: str, env: str) -> None:
-    """Resolve requirements/<env>.in in a scratch venv and write every exact pin to <env>.txt."""
+def lock(python: str, name: str) -> None:
+    """Resolve requirements/<name>.in (a lock set, suite.LOCK_SETS) and write every exact pin to <name>.txt: pip's
+    resolution alone, in a scratch venv (`install --dry-run --report`: each wheel's metadata, no CUDA wheel
+    downloaded), so a CUDA lock set is locked on any machine. A CPU set also writes its conda file."""
+    lock_set = suite.LOCK_SETS[name]
     with tempfile.TemporaryDirectory() as tmp:
         run([python, "-m", "venv", tmp])
         pip = [Path(tmp, "bin", "python"), "-m", "pip"]
-        run(pip + ["install", "--quiet", "-r", suite.REQUIREMENTS / f"{env}.in"], env=pip_environ(env, pip[0]))
-        frozen = subprocess.run(list(map(str, pip + ["freeze", "--all", "--exclude", "pip"])),
-                                capture_output=True, text=True, check=True).stdout
-    header = (f"# Exact pins of the `{env}` environment ({suite.ENVIRONMENTS[env]}).\n"
-              f"# Generated from {env}.in by `python3 scripts/setup_envs.py --lock {env}`; "
+        run(pip + ["install", "--quiet", "--upgrade", "pip==25.3"])      # --report, and PEP 658 metadata
+        report = Path(tmp, "report.json")
+        run(pip + ["install", "--quiet", "--dry-run", "--ignore-installed", "--report", report,
+                   "-r", suite.REQUIREMENTS / f"{name}.in"], env=pip_environ(lock_set.environment, pip[0]))
+        installed = json.loads(report.read_text())["install"]
+    pinned = sorted(f"{item['metadata']['name']}=={item['metadata']['version']}" for item in installed)
+    pinned.sort(key=str.lower)
+    header = (f"# Exact pins of the `{name}` lock set of the `{lock_set.environment}` environment "
+              f"({lock_set.why}).\n"
+              f"# Generated from {name}.in by `python3 scripts/setup_envs.py --lock {name}`; "
               "edit the .in file, not this one.\n")
-    (suite.REQUIREMENTS / f"{env}.txt").write_text(header + frozen)
-    write_conda_file(env)
-    print(f"wrote requirements/{env}.txt and {conda_file(env).name}")
+    (suite.REQUIREMENTS / f"{name}.txt").write_text(header + "\n".join(pinned) + "\n")
+    if lock_set.cuda is None:
+        write_conda_file(name)
+        print(f"wrote requirements/{name}.txt and {conda_file(name).name}")
+    else:
+        print(f"wrote requirements/{name}.txt")
 
 
 def conda_file(env: str) -> Path:
@@ -236,29 +319,43 @@ def write_conda_file(env: str) -> None:
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("envs", nargs="*", help=f"environments to build (default: all of {', '.join(suite.ENVIRONMENTS)})")
+    parser.add_argument("envs", nargs="*", help="environments to build (default: every one of this machine's lock "
+                                                "sets: modern and legacy; on a GPU machine also tensorflow)")
     parser.add_argument("--force", action="store_true", help="rebuild even if the pins are unchanged")
     parser.add_argument("--check", action="store_true",
                         help="build nothing; say whether each environment is up to date (exit 1 if not)")
-    parser.add_argument("--lock", metavar="ENV",
-                        help="re-resolve requirements/ENV.in into requirements/ENV.txt and its conda file")
+    parser.add_argument("--lock", metavar="SET",
+                        help=f"re-resolve requirements/SET.in into requirements/SET.txt (and a CPU set's conda "
+                             f"file); SET is one of {', '.join(suite.LOCK_SETS)}")
     args = parser.parse_args(argv)
-    unknown = [e for e in args.envs + [args.lock] if e and e not in suite.ENVIRONMENTS]
-    if unknown:
-        sys.exit(f"setup_envs.py: unknown environment {unknown[0]!r}; choose from: {', '.join(suite.ENVIRONMENTS)}")
+    if args.lock and args.lock not in suite.LOCK_SETS:
+        sys.exit(f"setup_envs.py: unknown lock set {args.lock!r}; choose from: {', '.join(suite.LOCK_SETS)}")
     python = find_python()
     if args.lock:
         lock(python, args.lock)
         return
-    envs = args.envs or list(suite.ENVIRONMENTS)
+    kind, gpu, sets = choose_lock_sets()
+    chosen = {suite.LOCK_SETS[name].environment: name for name in sets}
+    unknown = [e for e in args.envs if e not in chosen]
+    if unknown:
+        known = set(suite.ENVIRONMENTS) | set(suite.GPU_ENVIRONMENTS)
+        why = "" if unknown[0] not in known else f" on this machine ({kind} lock sets: {', '.join(sets)})"
+        sys.exit(f"setup_envs.py: unknown environment {unknown[0]!r}{why}; choose from: {', '.join(chosen)}")
+    envs = args.envs or list(chosen)
+    if gpu:
+        print(f"GPU: {gpu['name']}, driver {gpu['driver']}, compute capability {gpu['capability']}: "
+              f"{kind} lock sets {', '.join(sets)}")
+    elif kind == "cuda":
+        print(f"{FORCE}=cuda: the CUDA lock sets {', '.join(sets)} (no driver checked: nvidia-smi did not answer)")
     if args.check:
-        stale = [env for env in envs if not up_to_date(python, env)]
+        stale = [env for env in envs if not up_to_date(python, env, chosen[env])]
         for env in envs:
-            print(f"{env}: {'needs a build' if env in stale else 'up to date'}")
+            print(f"{env}: {'needs a build' if env in stale else 'up to date'} (lock set {chosen[env]})")
         sys.exit(1 if stale else 0)
     for env in envs:
-        build(python, env, args.force)
-    register_kernels(list(suite.ENVIRONMENTS))
+        build(python, env, args.force, chosen[env])
+    write_choice(kind, gpu, sets)
+    register_kernels(list(chosen))
     if not args.envs:
         missing = system_packages()
         print(f"system: {missing}; the browser tests skip until then" if missing else

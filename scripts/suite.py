@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import sys
+from dataclasses import dataclass
 from itertools import zip_longest
 from pathlib import Path
 
@@ -28,6 +29,90 @@ ENVIRONMENTS = {
     "modern": "numpy 2.x: PyTorch, TensorFlow, Keras 3, JAX + Flax; also runs papermill and pytest",
     "legacy": "numpy 1.23.5: MXNet 1.9.1 and Chainer 7.8.1",
 }
+
+# An environment built only on a machine with an NVIDIA GPU: TensorFlow's CUDA build brings CUDA 12 libraries, which
+# cannot share an environment with PyTorch's and JAX's CUDA 13 ones (both cuDNN wheels install
+# nvidia/cudnn/lib/libcudnn*.so.9, both NCCL wheels libnccl.so.2: the last installed would win silently).
+GPU_ENVIRONMENTS = {
+    "tensorflow": "TensorFlow 2.21 on CUDA 12 (GPU machines only): TensorFlow, and Keras on TensorFlow",
+}
+
+
+@dataclass(frozen=True)
+class LockSet:
+    """One set of exact pins, requirements/<name>.txt, resolved from <name>.in by `setup_envs.py --lock <name>`."""
+    name: str
+    environment: str                    # the virtual environment it builds (.venvs/<environment>)
+    cuda: str | None = None             # the CUDA major version of its GPU builds; None: CPU builds only
+    driver: tuple | None = None         # the oldest NVIDIA driver (Linux) that runs that CUDA
+    gpu_lines: tuple = ()               # the GPU probe keys (GPU_PROBES) it puts on the GPU
+    why: str = ""                       # what it is, for the lock file's header and the set-up's lines
+
+
+LOCK_SETS = {s.name: s for s in (
+    LockSet("modern", "modern", why="the CPU builds, PyTorch's CUDA 13 wheel aside"),
+    LockSet("legacy", "legacy", why="CPU builds: MXNet 1.9.1 and Chainer 7.8.1 on numpy"),
+    LockSet("modern-cuda", "modern", "13", (580, 65, 6), ("pytorch", "jax"),
+            why="modern's pins plus jax[cuda13]: PyTorch, JAX, and Keras on either, on CUDA 13"),
+    LockSet("tensorflow-cuda", "tensorflow", "12", (525, 60, 13), ("tensorflow",),
+            why="tensorflow[and-cuda] with modern's pins where they overlap: TensorFlow, and Keras on it, on CUDA 12"),
+    LockSet("legacy-cuda", "legacy", "11", (450, 80, 2), ("chainer",),
+            why="legacy's pins plus CuPy for CUDA 11 and the CUDA 11.8 libraries: Chainer on the GPU; MXNet stays "
+                "the CPU build (MXNET_GPU)"),
+)}
+# The lock sets a machine builds: without an NVIDIA GPU (or with DLROSETTA_GPU=cpu) the CPU sets, with one the CUDA
+# sets (scripts/setup_envs.py reads nvidia-smi and checks the driver against each set's).
+MACHINE_LOCK_SETS = {"cpu": ("modern", "legacy"), "cuda": ("modern-cuda", "tensorflow-cuda", "legacy-cuda")}
+CHOSEN = "lock-sets.json"       # .venvs/<this>: what setup_envs.py chose on this machine, for the runner
+# Why MXNet runs on the CPU on every machine (support/frameworks.py says it where the runner prints it).
+MXNET_GPU = frameworks.FRAMEWORKS["mxnet"].gpu_build
+
+
+def chosen_lock_sets() -> dict:
+    """{environment: lock set name} as setup_envs.py built them on this machine (.venvs/lock-sets.json); the CPU
+    sets where it has not written one (a checkout set up before lock sets, or built by hand)."""
+    try:
+        chosen = json.loads((VENVS / CHOSEN).read_text(encoding="utf-8"))["sets"]
+        if isinstance(chosen, dict) and all(name in LOCK_SETS for name in chosen.values()):
+            return dict(chosen)
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    return {LOCK_SETS[name].environment: name for name in MACHINE_LOCK_SETS["cpu"]}
+
+
+def run_environment(framework: str, parameters: dict, chosen: dict | None = None) -> str:
+    """The environment whose kernel runs one notebook run: its framework's, except that on a machine where the
+    TensorFlow GPU environment was built, TensorFlow and Keras on TensorFlow run there."""
+    chosen = chosen_lock_sets() if chosen is None else chosen
+    if gpu_probe_key(framework, parameters) == "tensorflow" and "tensorflow" in chosen:
+        return "tensorflow"
+    return FRAMEWORKS[framework]
+
+
+def lock_file(environment: str, chosen: dict | None = None) -> Path:
+    """requirements/<lock set>.txt of the lock set the environment was built from."""
+    chosen = chosen_lock_sets() if chosen is None else chosen
+    return REQUIREMENTS / f"{chosen.get(environment, environment)}.txt"
+
+
+def cuda_major(pin: str) -> str | None:
+    """The CUDA major version a pinned package (`name==version`) is built for, or None for one without CUDA:
+    'nvidia-cudnn-cu12', 'jax-cuda13-plugin', 'cupy-cuda11x' by name; NVIDIA's unsuffixed CUDA 13 wheels
+    ('nvidia-cublas==13.1.1.3', 'cuda-toolkit==13.0.3.0') by their version where it is the CUDA version, else
+    by the `cuda-toolkit` or `cuda-bindings` they come with (nvidia-cufft 12.0 ships in CUDA 13)."""
+    import re
+
+    name, _, version = pin.partition("==")
+    name = name.strip().lower().replace("_", "-")
+    for pattern in (r"-cu(\d+)$", r"^jax-cuda(\d+)-", r"^cupy-cuda(\d+)x$"):
+        match = re.search(pattern, name)
+        if match:
+            return match.group(1)[:2]
+    if name in ("cuda-toolkit", "cuda-bindings", "nvidia-cuda-runtime", "nvidia-cublas", "nvidia-cuda-nvrtc",
+                "nvidia-nvjitlink", "nvidia-cuda-cupti", "nvidia-nvtx", "nvidia-cuda-nvcc"):
+        return version.split(".")[0]
+    return None
+
 
 # framework -> environment whose kernel runs its notebooks, in the order tables show them (support/frameworks.py).
 FRAMEWORKS = {name: f.environment for name, f in frameworks.FRAMEWORKS.items()}
@@ -223,3 +308,45 @@ def digest(*paths: Path) -> str:
 def support_files(root: Path = ROOT) -> list[Path]:
     """Every Python file under support/, its subpackages (support/measure/) included: a record's `support` input."""
     return sorted((root / "support").rglob("*.py"))
+
+
+def cell_source(cell: dict) -> str:
+    """A notebook cell's source as one string (nbformat stores a string or a list of lines)."""
+    source = cell.get("source", "")
+    return "".join(source) if isinstance(source, list) else source
+
+
+def declared_parameters(notebook: dict | Path) -> list[str]:
+    """The names the cell tagged `parameters` assigns, in order, as papermill reads them (by `ast`, so that the
+    device check needs no papermill)."""
+    if isinstance(notebook, Path):
+        notebook = json.loads(notebook.read_text(encoding="utf-8"))
+    import ast
+
+    for cell in notebook["cells"]:
+        if cell.get("cell_type") == "code" and "parameters" in cell.get("metadata", {}).get("tags", []):
+            names = []
+            for node in ast.parse(cell_source(cell)).body:
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
+                    node, (ast.AnnAssign, ast.AugAssign)) else []
+                names += [t.id for t in targets if isinstance(t, ast.Name) and t.id not in names]
+            return names
+    return []
+
+
+def notebook_error(executed: Path, log: Path, other_ranks=()) -> str:
+    """The exception an executed notebook stopped on ('ValueError: ... (cell 7)'), else the log's last words.
+    `other_ranks`: (rank, executed notebook) of the other processes of a run with one per device, read after
+    rank 0's (scripts/papermill_rank.py names them)."""
+    for rank, path in [(0, executed), *other_ranks]:
+        try:
+            for i, cell in enumerate(json.loads(path.read_text(encoding="utf-8"))["cells"]):
+                for out in cell.get("outputs", []):
+                    if out.get("output_type") == "error":
+                        where = f"cell {i}{f', rank {rank}' if rank else ''}"
+                        return f"{out['ename']}: {out['evalue']} ({where})"[:500]
+        except (OSError, ValueError, KeyError):
+            pass
+    lines = [ln.strip() for ln in log.read_text(errors="replace").splitlines() if ln.strip()] if log.exists() else []
+    errors = [ln for ln in lines if "Error" in ln or "error" in ln or "died" in ln]
+    return (errors or lines or ["the notebook stopped without output"])[-1][:500]

@@ -15,30 +15,40 @@ class Framework:
     name: str                   # the notebooks' file stem and the records' `framework`
     label: str                  # how tables and the reader site name it
     environment: str            # the virtual environment (.venvs/<name>, kernel dlr-<name>) that runs its notebooks
-    gpu_probe: str              # Python printing True or False: does the installed build see a GPU?
-    gpu_build: str              # what to change where the probe says False on a GPU machine
+    gpu_probe: str              # Python printing True where the installed build computes on the GPU, else False
+    gpu_build: str              # what to do where the probe says False on a GPU machine (or why nothing can)
     compilation: str = "off"    # what `compilation="auto"` means (support.precision): its own default
     process_per_device: bool = False   # data parallelism as one process per device (the runner starts each one)
 
 
+# What a machine without the GPU build is told: the set-up builds the CUDA lock sets where nvidia-smi answers.
+_SETUP = "run `python3 scripts/setup_envs.py` on this machine: where nvidia-smi answers it builds the CUDA lock sets"
+
+# Each GPU probe computes one small sum on the first GPU and prints True where the answer is right; False where the
+# build sees no GPU; it raises where it sees one but cannot compute there (a driver too old, a library missing).
 FRAMEWORKS = {f.name: f for f in (
-    Framework("pytorch", "PyTorch", "modern", "import torch; print(torch.cuda.is_available())",
-              "the pinned torch wheel carries CUDA: check the NVIDIA driver (torch.cuda.is_available() is False)",
+    Framework("pytorch", "PyTorch", "modern",
+              "import torch; print(torch.cuda.is_available() and (torch.ones(4, device='cuda') * 2).sum().item() == 8)",
+              f"{_SETUP} (PyTorch's CUDA 13 wheel needs driver 580.65.06 or newer)",
               process_per_device=True),     # DistributedDataParallel, launched by torchrun (scripts/papermill_rank.py)
     Framework("tensorflow", "TensorFlow", "modern",
-              "import tensorflow as tf; print(bool(tf.config.list_physical_devices('GPU')))",
-              "requirements/modern.in pins tensorflow-cpu: swap it for tensorflow[and-cuda] of the same version "
-              "and run `python3 scripts/setup_envs.py --lock modern`"),
+              "import tensorflow as tf; gpu = bool(tf.config.list_physical_devices('GPU'))\n"
+              "if gpu:\n    with tf.device('/GPU:0'): gpu = float(tf.reduce_sum(tf.ones(4) * 2)) == 8\nprint(gpu)",
+              f"{_SETUP} (TensorFlow's then runs in the `tensorflow` environment, on CUDA 12)"),
     Framework("keras", "Keras 3", "modern", "", "", compilation=""),   # asks its backend's framework (KERAS_BACKENDS)
-    Framework("jax", "JAX + Flax", "modern", "import jax; print(any(d.platform == 'gpu' for d in jax.devices()))",
-              "requirements/modern.in pins CPU jax: add jax[cuda13] of the same version and run "
-              "`python3 scripts/setup_envs.py --lock modern`", compilation="on"),
-    Framework("mxnet", "MXNet", "legacy", "import mxnet as mx; print(mx.context.num_gpus() > 0)",
-              "requirements/legacy.in pins CPU mxnet: swap it for mxnet-cu112==1.9.1 and run "
-              "`python3 scripts/setup_envs.py --lock legacy`", compilation="on"),
-    Framework("chainer", "Chainer", "legacy", "import chainer; print(chainer.backends.cuda.available)",
-              "add the cupy wheel for your CUDA (e.g. cupy-cuda11x) to requirements/legacy.in and run "
-              "`python3 scripts/setup_envs.py --lock legacy`"),
+    Framework("jax", "JAX + Flax", "modern",
+              "import jax, jax.numpy as jnp; gpus = [d for d in jax.devices() if d.platform == 'gpu']\n"
+              "print(bool(gpus) and float((jax.device_put(jnp.ones(4), gpus[0]) * 2).sum()) == 8)",
+              f"{_SETUP} (it adds jax[cuda13])", compilation="on"),
+    Framework("mxnet", "MXNet", "legacy",
+              "import mxnet as mx; print(mx.context.num_gpus() > 0 and (mx.nd.ones(4, ctx=mx.gpu(0)) * 2).sum().asscalar() == 8)",
+              "MXNet 1.9.1, its last release, has GPU wheels only up to mxnet-cu117, built for compute capability "
+              "up to 8.6 with CUDA 11.7; this project pins the CPU build in every lock set, so MXNet runs on the CPU",
+              compilation="on"),
+    Framework("chainer", "Chainer", "legacy",
+              "import chainer; ok = chainer.backends.cuda.available\n"
+              "if ok:\n    import cupy; ok = float((cupy.ones(4) * 2).sum()) == 8\nprint(ok)",
+              f"{_SETUP} (it adds CuPy for CUDA 11.8)"),
 )}
 NAMES = tuple(FRAMEWORKS)
 

@@ -42,6 +42,18 @@ MIXED = ("bf16", "fp16")
 # deviation grows with the depth of the network (ResNet-50's 53 layers are the deepest here).
 TOLERANCE = {"fp32": 1e-4, "tf32": 1e-2, "fp16": 1e-2, "bf16": 5e-2}
 
+# The calibration each precision's MFU divides by (scripts/calibrate.py measures them): "<device>/<kind>", the
+# fastest matrix product of that kind on that device. fp32 is the true-float32 peak; a bf16 row divides by the
+# bf16 peak, never by float32's (on this project's AVX-512 CPU bf16 runs about twice as fast, on a GPU's tensor
+# cores up to 15 times), or it would read above 100%.
+PEAK_KINDS = {"fp32": "float32", "tf32": "tf32", "bf16": "bf16", "fp16": "fp16"}
+
+
+def peak_key(device: str, precision: str) -> str:
+    """'cpu/float32', 'cuda/bf16', ...: the calibration a `precision` row on `device` ("cpu"; else a GPU) uses."""
+    return f"{'cpu' if device == 'cpu' else 'cuda'}/{PEAK_KINDS.get(precision, precision)}"
+
+
 COMPILATIONS = ("auto", "off", "on")
 # What `auto` means: each notebook's baseline, the fastest idiomatic way its framework runs it (support/frameworks.py:
 # the framework's own default, Keras's per backend, a task's exception). The MXNet Module API is a symbolic graph,

@@ -230,6 +230,18 @@ def _save(path, record: dict) -> dict:
     return record
 
 
+def failed(task: str, framework: str, variant: str, profile: str, machine: str, status: str, error: str,
+           matrix: dict | None = None) -> dict:
+    """The record a runner writes for a notebook that left none (it failed, timed out or was killed): the
+    run's names, its status and the one-line `error`; no timing, no metrics."""
+    import time
+
+    return {"schema": SCHEMA, "task": task, "framework": framework, "variant": variant, "status": status,
+            "profile": profile, "data": None, "params": {}, "timing": {}, "metrics": {}, "n_parameters": None,
+            "environment": {"machine": machine, "date": time.strftime("%Y-%m-%dT%H:%M:%S%z")},
+            "matrix": matrix or {}, "error": error}
+
+
 def write_stopped(path, *, task: str, framework: str, params, environment: dict, precision: str, compilation: str,
                   status: str, reason: str, variant: str = "") -> dict:
     """The record of a run that a precision or compilation it cannot run stopped (support.precision.stop):

@@ -283,7 +283,8 @@ def _first_line(err: BaseException) -> str:
 def sweep(make_step: Callable[[int], Callable[[], object]], spec, *, budget_s: float, repeats: int = MIN_REPEATS,
           warmup: int = 2, sync: Callable[[], object] | None = None,
           clock: Callable[[], float] = time.perf_counter, available: Callable[[], int | None] = _available_memory,
-          peak: Callable[[], int | None] | None = None, devices: int = 1) -> dict | None:
+          peak: Callable[[], int | None] | None = None, devices: int = 1,
+          device_memory: Callable[[], tuple[int, int] | None] | None = None) -> dict | None:
     """The steady state at each batch size of `spec` (see `batch_sizes`); None where `spec` is empty.
     On several `devices` (data parallelism) a size is the batch per device, like the tasks' `batch_size`:
     `make_step(b)` steps on `b * devices` examples, and samples/s counts them all.
@@ -295,8 +296,9 @@ def sweep(make_step: Callable[[int], Callable[[], object]], spec, *, budget_s: f
     for by number always run (what the user asked to see); `budget_s` bounds the search for the largest
     ("max"): a doubled size runs only if the time it would take fits in what is left of the budget, the last
     size's first step again (a compiling framework traces and compiles each new shape, whatever its size)
-    plus its timed steps scaled by the batch. Before every size after the first, on the host, its memory
-    must fit in what is free (see `memory_bound`); where the bound from the largest size so far is too
+    plus its timed steps scaled by the batch. Before every size after the first, its memory must fit in what is
+    free (see `memory_bound`) on the host and, with `device_memory` (a GPU's (free bytes, the framework's peak
+    bytes in use), None where it cannot say), on the device; where the bound from the largest size so far is too
     loose to allow a size asked for, the sweep first probes the doublings in between with one untimed step
     each, and stops at the first that could not fit.
     Returns {"sizes": [one row per size], "stopped": why the sweep ended, "probed": the probes' sizes, ...}.
@@ -312,13 +314,18 @@ def sweep(make_step: Callable[[int], Callable[[], object]], spec, *, budget_s: f
     largest_run = 0  # the largest batch run so far, timed or probed
 
     def too_big(b):
-        """Why batch b might not fit in the host's free memory, or "" where it fits."""
-        free, high = available(), peak() or 0
-        extra = memory_bound(b, largest_run, high) - high
-        if free is None or extra <= 0.8 * free:
-            return ""
-        return (f"memory: batch {b} might need up to {extra / 2**30:.1f} GiB more than the process's peak of "
-                f"{high / 2**30:.1f} GiB, more than 80% of the {free / 2**30:.1f} GiB free")
+        """Why batch b might not fit in the host's or the device's free memory, or "" where it fits."""
+        measured = [("", available(), peak() or 0)]
+        device = device_memory() if device_memory else None
+        if device:
+            measured.append((" on the device", *device))
+        for where, free, high in measured:
+            extra = memory_bound(b, largest_run, high) - high
+            if free is not None and extra > 0.8 * free:
+                return (f"memory{where}: batch {b} might need up to {extra / 2**30:.1f} GiB more than the "
+                        f"{'process' if not where else 'framework'}'s peak of {high / 2**30:.1f} GiB, more than 80% "
+                        f"of the {free / 2**30:.1f} GiB free")
+        return ""
 
     queue = list(sizes)
     while queue:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from scripts import device_check as dc
+from scripts import device_check as dc, suite
 from support import params, records
 
 
@@ -47,17 +47,17 @@ STOPPED = ("from support import params, records, precision\n"
 def test_parameters_are_injected_after_the_tagged_cell_as_papermill_does(tmp_path):
     nb = json.loads(notebook(tmp_path / "a.ipynb", "profile = 'auto'\nrecord_path = None", "x = 1").read_text())
     injected = dc.inject_parameters(nb, {"profile": "tiny", "record_path": "/r.json", "parity": True})
-    sources = [dc.cell_source(c) for c in injected["cells"]]
+    sources = [suite.cell_source(c) for c in injected["cells"]]
     assert sources[2] == "# Parameters\nprofile = 'tiny'\nrecord_path = '/r.json'\nparity = True\n"
     assert injected["cells"][2]["metadata"]["tags"] == ["injected-parameters"]
     assert sources[1].startswith("profile = 'auto'") and sources[3] == "x = 1"
     again = dc.inject_parameters(injected, {"profile": "full"})      # an earlier injected cell is replaced
-    assert [dc.cell_source(c) for c in again["cells"]].count("# Parameters\nprofile = 'full'\n") == 1
+    assert [suite.cell_source(c) for c in again["cells"]].count("# Parameters\nprofile = 'full'\n") == 1
     assert len(again["cells"]) == len(injected["cells"])
     untagged = dc.inject_parameters(json.loads(notebook(tmp_path / "b.ipynb", "x = 1", tagged=None).read_text()),
                                     {"profile": "tiny"})
-    assert dc.cell_source(untagged["cells"][0]).startswith("# Parameters")
-    assert dc.declared_parameters(nb) == ["profile", "record_path"]
+    assert suite.cell_source(untagged["cells"][0]).startswith("# Parameters")
+    assert suite.declared_parameters(nb) == ["profile", "record_path"]
 
 
 def test_a_toy_notebook_runs_in_a_child_with_its_parameters(tmp_path):
@@ -203,3 +203,14 @@ def test_carried_wheels_install_only_what_is_missing(tmp_path):
         assert sys.path[0] == str(site)
     finally:
         sys.path.remove(str(site))
+
+
+def test_the_torch_child_calibrates_each_precision_as_the_runner_does_and_checks_true_float32():
+    """On a CPU: calibrate.py's peaks for the CPU's precisions, none for CUDA, and the float32 check against
+    float64; the device check's peaks are the runner's (one function), so the report reads them alike."""
+    answer = dc.child_torch("tiny")
+    calibration = answer["calibration"]
+    assert set(calibration["peaks"]) == {"cpu/float32", "cpu/bf16"} and calibration["precisions"] == {}
+    assert all(p["gflops"] > 0 for p in calibration["peaks"].values())
+    assert answer["true_float32"]["true_float32"] is True
+    assert answer["true_float32"]["relative_error"]["tf32_off"] < 1e-5

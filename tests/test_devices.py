@@ -156,7 +156,8 @@ def test_a_failing_ranks_error_is_the_runs_and_names_the_first_failing_rank_in_o
     executed("nb.ipynb")
     executed("nb.rank10.ipynb", "rank 10 fails")
     executed("nb.rank2.ipynb", "rank 2 fails")
-    assert run_all.notebook_error(tmp_path / "nb.ipynb", tmp_path / "nb.log") == "ValueError: rank 2 fails (cell 0, rank 2)"
+    nb = tmp_path / "nb.ipynb"
+    assert suite.notebook_error(nb, tmp_path / "nb.log", papermill_rank.other_ranks(nb)) == "ValueError: rank 2 fails (cell 0, rank 2)"
 
 
 def test_a_process_per_device_notebook_runs_once_per_rank_and_a_failing_ranks_error_names_it(tmp_path):

@@ -50,3 +50,45 @@ def test_a_precision_the_device_cannot_run_stops_with_its_record(tmp_path):
               environment={"machine": "m"}, gpu=False)
     record = json.loads((tmp_path / "r.json").read_text())
     assert record["status"] == "unsupported" and "float16" in record["error"] and record["precision"] == "fp16"
+
+
+KERAS_STEADY_STATE = """
+import json, os, sys
+os.environ["KERAS_BACKEND"] = sys.argv[1]
+import numpy as np
+from support import params
+from support.measure import keras as measure
+import keras
+
+P = params.load("cnn_cifar10", "tiny")
+bench = measure.start("cnn_cifar10", P, precision="fp32", compilation="auto", record_path=None)
+model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])
+model.compile(optimizer="sgd", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+              jit_compile=bench.compiled)
+copied = []                        # the steps whose logs Keras's CallbackList copies to the host
+original = keras.callbacks.CallbackList._on_train_batch_end
+keras.callbacks.CallbackList._on_train_batch_end = lambda self, batch, logs=None: (copied.append(batch),
+                                                                                   original(self, batch, logs))
+x, y = np.random.default_rng(0).random((8, 4), np.float32), np.arange(8) % 3
+model.fit(x, y, batch_size=4, epochs=1, verbose=0)             # as the epochs run: a copy after every step
+epoch_copies = len(copied)
+steps = measure.steady_state(bench, model, x, y)
+print(json.dumps({"epoch": epoch_copies, "steady": len(copied) - epoch_copies, "n": steps["n"]}))
+"""
+
+
+@pytest.mark.parametrize("backend", ["tensorflow", pytest.param("jax", marks=pytest.mark.matrix),
+                                     pytest.param("torch", marks=pytest.mark.matrix)])
+def test_keras_steady_state_waits_for_the_device_only_at_its_laps_ends(backend):
+    """fit()'s callbacks copy every step's logs to the host (on TensorFlow before the next step starts): the
+    steady state runs fit() without that copy, so Keras's steps, like every framework's, wait only at a lap's
+    ends."""
+    import subprocess
+    import sys
+
+    from support import env
+    proc = subprocess.run([sys.executable, "-c", KERAS_STEADY_STATE, backend], capture_output=True, text=True,
+                          timeout=300, cwd=env.ROOT, env={**__import__("os").environ, **env.project_environment()})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    counts = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert counts == {"epoch": 2, "steady": 0, "n": CNN.step_repeats}

@@ -229,6 +229,26 @@ def test_a_gpu_row_needs_the_runs_gpu_peak(tmp_path):
     assert report.build(tmp_path)[0]["mfu"] == pytest.approx(rows[0]["gflops"] / 50000.0)
 
 
+def test_a_rows_mfu_divides_by_the_peak_of_its_own_precision(tmp_path):
+    """A bf16 row over the float32 peak read above 100% (PyTorch's bf16 ResNet-50 at 153% on the 2-core EPYC);
+    it divides by the bf16 peak, and a run that measured none leaves it without MFU, saying so."""
+    write(tmp_path, "pytorch", 0.9, run="r1")
+    path = tmp_path / "records" / "tiny" / "cnn_cifar10__pytorch__bf16.json"
+    write(tmp_path, "pytorch", 0.9, run="r1", variant="bf16")
+    path.write_text(json.dumps(json.loads(path.read_text()) | {"precision": "bf16"}))
+    run_file(tmp_path, "r1")                                 # float32 only, as runs before 2026-11-27
+    rows = {r["precision"]: r for r in report.build(tmp_path)}
+    assert rows["fp32"]["mfu"] == pytest.approx(rows["fp32"]["gflops"] / PEAK) and rows["bf16"]["mfu"] is None
+    assert "No cpu/bf16 peak in this run" in (tmp_path / "results.md").read_text()
+    meta = json.loads((tmp_path / "runs" / "r1.json").read_text())
+    meta["calibration"]["before"]["cpu/bf16"] = meta["calibration"]["before"]["cpu/float32"] | {"gflops": 4 * PEAK}
+    (tmp_path / "runs" / "r1.json").write_text(json.dumps(meta))
+    rows = {r["precision"]: r for r in report.build(tmp_path)}
+    assert rows["bf16"]["mfu"] == pytest.approx(rows["bf16"]["gflops"] / (4 * PEAK))
+    assert rows["bf16"]["peak_gflops"] == 4 * PEAK and rows["fp32"]["peak_gflops"] == PEAK
+    assert "| cpu/bf16 | 400 |" in (tmp_path / "results.md").read_text()
+
+
 def test_schema_1_records_still_render_with_the_new_columns_empty(tmp_path):
     record = write(tmp_path, "pytorch", 0.9, compile_s=3.0)
     legacy = {k: v for k, v in record.items() if k not in ("first_step_s", "memory", "flops", "steps", "curve")}
@@ -341,9 +361,8 @@ def test_a_record_filed_under_another_name_is_a_failed_row(tmp_path):
 
 def test_an_error_with_pipes_and_newlines_stays_in_its_cell(tmp_path):
     write(tmp_path, "pytorch", 0.9)
-    failed = run_all.failed_record(run_all.Job("cnn_cifar10", "jax", {}, None, profile="tiny"),
-                                   run_all.parse_args(["--profile", "tiny"]), "failed",
-                                   "ValueError: shapes (4|8) and\n(8|2) differ\n| x | y |")
+    failed = records.failed("cnn_cifar10", "jax", "", "tiny", "here", "failed",
+                            "ValueError: shapes (4|8) and\n(8|2) differ\n| x | y |")
     records.atomic_write_json(tmp_path / "records" / "tiny" / "cnn_cifar10__jax.json", failed)
     readme = tmp_path / "README.md"
     readme.write_text("<!-- results:start -->\n<!-- results:end -->\n")
@@ -425,3 +444,24 @@ def test_a_line_run_on_several_seeds_is_judged_by_their_mean(tmp_path):
     assert {round(r["band_median"], 6) for r in rows} == {0.80}     # each framework once, by its seeds' mean
     assert report.flagged(rows)[0] == ("gru_imdb/mxnet (tiny): accuracy 0.720 (the better of its last 2 epochs, the "
                                        "mean over 3 seeds) is more than 0.05 from the median 0.800 of the frameworks")
+
+
+def test_machines_side_by_side_give_each_line_its_ratio_to_the_reference(tmp_path):
+    """The seed's tables put hardware in columns: per task and profile, each line on every machine, and its ratio
+    to the machine with the most lines; a line a machine did not run is empty; the README gets the groups two
+    machines share."""
+    for machine, step_s, frameworks in (("fast", STEP_S, ("pytorch", "jax")), ("slow", 2 * STEP_S, ("pytorch",))):
+        for framework in frameworks:
+            write(tmp_path / machine, framework, 0.9, step_s=step_s)
+        report.build(tmp_path / machine)
+    readme = tmp_path / "README.md"
+    readme.write_text(f"top\n{report.MACHINES_START}\nold\n{report.MACHINES_END}\nbottom\n")
+    index = report.write_machines(tmp_path, readme).read_text()
+    assert "| framework | `fast` (reference) | `slow` |" in index
+    pytorch = md_row(index, "pytorch")
+    assert pytorch[2].endswith("(×0.5)") and "×" not in pytorch[1]
+    assert md_row(index, "jax")[2] == report.EMPTY
+    assert "- [`fast`](fast/results.md): 2 baseline lines" in index
+    text = readme.read_text()
+    assert text.startswith("top\n") and text.endswith("bottom\n") and "old" not in text
+    assert "| framework | `fast` (reference) | `slow` |" in text

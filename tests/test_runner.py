@@ -155,6 +155,20 @@ def test_the_cpu_peak_is_the_fastest_kernel_at_hand_and_every_one_is_kept():
     assert peak["n"] == 64 and len(peak["laps_s"]) == 7
 
 
+def test_each_precision_has_its_own_peak_and_a_failing_device_keeps_the_others():
+    """bfloat16 is timed in its own kernels (numpy has none); a GPU that cannot compute (here: none at all) is
+    named in `errors` with one line, and the CPU's peaks stay, so the CPU rows keep their MFU."""
+    from scripts import calibrate
+    measured = calibrate.measure(devices={"cpu": ("float32", "bf16"), "cuda": ("float32", "bf16")},
+                                 repeats=3, warmup=1, n=64)
+    assert set(measured["peaks"]) == {"cpu/float32", "cpu/bf16"}
+    bf16 = measured["peaks"]["cpu/bf16"]
+    assert bf16["dtype"] == "bf16" and bf16["gflops"] > 0
+    assert all("bfloat16" in name and name.startswith("torch") for name in bf16["libraries"])
+    assert set(measured["errors"]) == {"cuda/float32", "cuda/bf16"}
+    assert all("\n" not in line and line for line in measured["errors"].values())
+
+
 def test_a_raising_notebook_is_recorded_with_its_exception(suite_run):
     _, out, code = suite_run
     r = record(out, "cnn_cifar10__pytorch")
@@ -498,6 +512,7 @@ def test_a_bad_data_argument_is_one_line(value, message):
 def test_auto_on_a_gpu_machine_gives_full_only_to_frameworks_that_see_it(monkeypatch, capsys):
     from support import env
     monkeypatch.setattr(env, "gpu_names", lambda: ["NVIDIA H100 80GB HBM3"])
+    monkeypatch.setattr(suite, "chosen_lock_sets", lambda: {"modern": "modern", "legacy": "legacy"})   # CPU sets
     seen = {"pytorch": (True, ""), "jax": (True, ""), "tensorflow": (False, ""), "mxnet": (False, ""),
             "chainer": (False, "the probe failed: ImportError: cupy")}
     monkeypatch.setattr(run_all, "probe_gpu", lambda key: seen[key])
@@ -506,17 +521,44 @@ def test_auto_on_a_gpu_machine_gives_full_only_to_frameworks_that_see_it(monkeyp
     for line in ("gru_imdb/pytorch [full]", "gru_imdb/keras (torch) [full]", "gru_imdb/keras (jax) [full]",
                  "gru_imdb/jax [full]", "gru_imdb/tensorflow [cpu]", "gru_imdb/keras (tensorflow) [cpu]",
                  "gru_imdb/mxnet [cpu]", "gru_imdb/chainer [cpu]",
-                 "profile auto: full where the framework sees the GPU (NVIDIA H100 80GB HBM3 x1), cpu elsewhere",
-                 "tensorflow sees no GPU: its notebooks run the cpu profile; for its GPU build, requirements/modern.in "
-                 "pins tensorflow-cpu",
+                 "profile auto: full where the framework computes on the GPU (NVIDIA H100 80GB HBM3 x1), cpu elsewhere",
+                 "tensorflow sees no GPU: its notebooks run the cpu profile; run `python3 scripts/setup_envs.py` on "
+                 "this machine: where nvidia-smi answers it builds the CUDA lock sets",
+                 "mxnet sees no GPU: its notebooks run the cpu profile; MXNet 1.9.1, its last release, has GPU wheels "
+                 "only up to mxnet-cu117",
                  "chainer sees no GPU (the probe failed: ImportError: cupy): its notebooks run the cpu profile"):
         assert line in text, line
     assert "pytorch sees no GPU" not in text and "notebook run(s), profile full, cpu," in text
 
 
+def test_a_line_built_for_the_gpu_that_cannot_compute_there_stops_with_its_cause(tmp_path, monkeypatch):
+    """On CUDA lock sets a probe that fails is an error in that line's record, not a silent cpu run; a line with
+    no GPU build (MXNet) runs on the CPU with the reason in its record."""
+    from support import env
+    monkeypatch.setattr(env, "gpu_names", lambda: ["NVIDIA H100 80GB HBM3"])
+    monkeypatch.setattr(suite, "chosen_lock_sets", lambda: {"modern": "modern-cuda", "tensorflow": "tensorflow-cuda",
+                                                            "legacy": "legacy-cuda"})
+    failing = "the probe failed: RuntimeError: The NVIDIA driver on your system is too old (found version 12080)"
+    seen = {"pytorch": (False, failing), "mxnet": (False, "")}
+    monkeypatch.setattr(run_all, "probe_gpu", lambda key: seen[key])
+    args = run_all.parse_args(["--task", "gru_imdb", "--framework", "pytorch,mxnet"])
+    jobs = run_all.plan(args)
+    lines = run_all.resolve_profiles(jobs, args)
+    pytorch, mxnet = jobs
+    assert pytorch.stopped.startswith("PyTorch cannot compute on the GPU although its environment was built for it "
+                                      f"(lock set modern-cuda): {failing}; likely a driver older than CUDA 13 needs")
+    assert f"pytorch: stopped: {pytorch.stopped}" in lines and mxnet.stopped is None
+    assert mxnet.profile == "cpu" and mxnet.cpu_reason.startswith("MXNet runs on the CPU here: MXNet 1.9.1")
+    out = tmp_path / "results"
+    record = run_all.run_job(pytorch, run_all.parse_args(["--results", str(out), "--machine", "box"]), out,
+                             run_all.Active())
+    assert record["status"] == "failed" and record["error"] == pytorch.stopped
+    assert record["inputs"]["lock_set"] == "modern-cuda"
+
+
 def test_every_frameworks_gpu_probe_runs_in_its_environment():
     """The probes only decide on a GPU machine: run each here so that none of them is first run there. Each
-    runs without an error; without a GPU each says False (with one, what its build sees)."""
+    runs without an error; without a GPU each says False (with one, whether its build computes there)."""
     from support import env
     for key in suite.GPU_PROBES:
         sees, detail = run_all.probe_gpu(key)

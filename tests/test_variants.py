@@ -162,6 +162,23 @@ def test_the_host_memory_guard_stops_before_a_batch_that_would_not_fit():
     assert result["sizes"][-1]["batch_size"] <= 1024
 
 
+def test_the_device_memory_guard_stops_before_a_batch_that_would_not_fit_on_the_gpu():
+    """On a GPU the host has room to spare: the device's free memory and the framework's peak bound the batch."""
+    clock, used = Clock(), [0]
+
+    def make(b):
+        used[0] = 2 ** 20 * b          # 1 MiB per example on the device
+        return fake_steps(clock)(b)
+
+    result = timing.sweep(make, "1,max", budget_s=1e9, clock=clock, available=lambda: 2 ** 40, peak=lambda: 0,
+                          device_memory=lambda: (2 ** 30 - used[0], used[0]))
+    assert result["stopped"].startswith("memory on the device: batch ") and "GiB free" in result["stopped"]
+    assert result["sizes"][-1]["batch_size"] <= 512
+    unsaid = timing.sweep(make, "1,64", budget_s=1e9, clock=clock, available=lambda: 2 ** 40, peak=lambda: 0,
+                          device_memory=lambda: None)
+    assert unsaid["stopped"] == "every size asked for ran"
+
+
 class Process:
     """A fake process's host memory: a step at batch b needs `base + per_example * b`; the peak keeps the most it
     ever held, starting from `held` (what training at a larger batch left it holding); going past `total` is the

@@ -31,12 +31,13 @@ class Bench:
 
     def __init__(self, task: str, framework: str, P, *, precision: str, compilation: str, record_path,
                  environment: dict, gpu: bool, sync=None, compilation_key: str | None = None, variant: str = "",
-                 devices: int = 1):
+                 devices: int = 1, device_memory=None):
         prec.check(precision, compilation)
         self.task, self.framework, self.P, self.variant = task, framework, P, variant
         self.devices = devices      # data parallelism: each training step takes the task's batch on every device
         self.precision, self.record_path, self.environment, self.gpu, self.sync = (
             precision, record_path, environment, gpu, sync)
+        self.device_memory = device_memory      # a GPU's (free bytes, the framework's peak in use): the sweep's guard
         self.compilation = prec.resolve(compilation, compilation_key or framework, task)
         self.epochs = timing.Stopwatch("epoch", warmup=getattr(P, "warmup_epochs", 1), sync=sync)
         self.steps_per_epoch = None
@@ -104,6 +105,7 @@ class Bench:
 
     def sweep(self, make_step, batch_sizes: str, **kwargs) -> dict | None:
         """The steady state at each batch size asked for (support.timing.sweep), within the task's time budget."""
+        kwargs.setdefault("device_memory", self.device_memory)
         result = timing.sweep(make_step, batch_sizes, budget_s=self.P.sweep_budget_s, sync=self.sync, **kwargs)
         self.fields["sweep"] = result
         return result

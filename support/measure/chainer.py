@@ -49,13 +49,42 @@ def start(task: str, P, device, *, precision: str, compilation: str, record_path
     env.show(info)
     bench = Bench(task, "chainer", P, precision=precision, compilation=compilation, record_path=record_path,
                   environment=info, gpu=gpu, sync=device.device.synchronize if gpu else None, variant=variant,
-                  devices=devices)
+                  devices=devices, device_memory=device_memory if gpu else None)
     reason = framework_reason(precision, gpu)
     if reason:
         bench.stop(reason)
     if bench.compiled:
         bench.stop(NO_COMPILER, status="not_applicable")
+    if gpu:
+        _peak_hook().__enter__()        # from here on, every allocation from CuPy's pool counts (device_peak_bytes)
     return bench
+
+
+_PEAK = {}
+
+
+def _peak_hook():
+    """A CuPy memory hook that keeps the bytes in use from the memory pool and their peak: CuPy's pool reports
+    only its size now (`total_bytes`, held blocks included) and what is in use now (`used_bytes`), no peak.
+    `cupy.cuda.MemoryHook` is CuPy's documented way to watch every `malloc` and `free` of the pool."""
+    if "hook" not in _PEAK:
+        cupy = chainer.backends.cuda.cupy
+
+        class PeakHook(cupy.cuda.MemoryHook):
+            name = "DLRosettaPeakHook"
+
+            def __init__(self):
+                self.used, self.peak = 0, 0
+
+            def malloc_postprocess(self, device_id, size, mem_size, mem_ptr, pmem_id):
+                self.used += mem_size
+                self.peak = max(self.peak, self.used)
+
+            def free_postprocess(self, device_id, mem_size, mem_ptr, pmem_id):
+                self.used -= mem_size
+
+        _PEAK["hook"] = PeakHook()
+    return _PEAK["hook"]
 
 
 def initial_weights(bench: Bench, model: chainer.Link) -> dict:
@@ -111,10 +140,17 @@ def n_parameters(model: chainer.Link) -> int:
     return sum(p.size for p in model.params())
 
 
+def device_memory() -> tuple[int, int]:
+    """The GPU for the sweep's memory guard: (the device's free bytes and the blocks CuPy's pool holds unused, the
+    most the pool has had in use since `start`)."""
+    cupy = chainer.backends.cuda.cupy
+    return cupy.cuda.runtime.memGetInfo()[0] + cupy.get_default_memory_pool().free_bytes(), _peak_hook().peak
+
+
 def device_peak_bytes(bench: Bench) -> int | None:
-    """The size of CuPy's memory pool on a GPU (the pool keeps what it allocated during the run, so its size is
-    the peak); None on the CPU, where records.write adds the host's peak."""
-    return chainer.backends.cuda.cupy.get_default_memory_pool().total_bytes() if bench.gpu else None
+    """The most bytes in use from CuPy's memory pool at once since `start` (its peak hook; PyTorch's
+    max_memory_allocated); None on the CPU, where records.write adds the host's peak."""
+    return _peak_hook().peak if bench.gpu else None
 
 
 def write(bench: Bench, model: chainer.Link, **fields) -> dict:

@@ -42,7 +42,8 @@ def start(task: str, P, *, precision: str, compilation: str, record_path, varian
     env.show(info)
     print(jax.devices())
     bench = Bench(task, "jax", P, precision=precision, compilation=compilation, record_path=record_path,
-                  environment=info, gpu=gpu, sync=sync, variant=variant, devices=devices)
+                  environment=info, gpu=gpu, sync=sync, variant=variant, devices=devices,
+                  device_memory=device_memory if gpu else None)
     if bench.compilation == "off":
         bench.stop(NOT_COMPILED, status="not_applicable")
     if precision == "fp16" and task not in INFERENCE_TASKS:
@@ -129,3 +130,12 @@ def variant(bench: Bench, name: str, step, *, loss=None) -> dict:
 def write(bench: Bench, model: nnx.Module, **fields) -> dict:
     """The run's record, with the model's parameter count and the device's peak memory."""
     return bench.write(n_parameters=n_parameters(model), device_peak_bytes=device_peak_bytes(bench), **fields)
+
+
+def device_memory() -> tuple[int, int] | None:
+    """The first device for the sweep's memory guard: (what XLA's allocator can still hand out, its peak in use),
+    from `memory_stats()`; None where the backend keeps no statistics."""
+    stats = jax.devices()[0].memory_stats()
+    if not stats or "bytes_limit" not in stats:
+        return None
+    return stats["bytes_limit"] - stats["bytes_in_use"], stats.get("peak_bytes_in_use", stats["bytes_in_use"])

@@ -101,7 +101,8 @@ def start(task: str, P, *, precision: str, compilation: str, record_path, varian
     on_gpu = described["device"] != "cpu"
     bench = Bench(task, "keras", P, precision=precision, compilation=compilation, record_path=record_path,
                   environment=described, gpu=on_gpu, sync=_sync(on_gpu), compilation_key=f"keras-{BACKEND}",
-                  variant=BACKEND if variant is None else variant, devices=devices)
+                  variant=BACKEND if variant is None else variant, devices=devices,
+                  device_memory=device_memory() if on_gpu else None)
     tf32 = precision == "tf32"
     if BACKEND == "torch":
         LIB.set_flush_denormal(True)
@@ -161,6 +162,16 @@ class _StepLaps(keras.callbacks.Callback):
             self.watch.start()
 
 
+class _LapsOnly(keras.callbacks.CallbackList):
+    """fit()'s callbacks for the steady state: its laps, and no copy of each step's logs to the host. Keras's own
+    CallbackList converts every step's logs to Python numbers for `on_train_batch_end`: synchronously on
+    TensorFlow, in a thread on JAX and torch, a wait for the device after every step where the other frameworks
+    wait at a repeat's ends only. Nothing here reads a step's logs; the epoch's are read once at its end."""
+
+    def on_train_batch_end(self, batch, logs=None):
+        pass
+
+
 class _Repeated(keras.utils.PyDataset):
     """One batch, `n` times: fit()'s input where the epochs read a PyDataset (TensorFlow traces a PyDataset's
     batches, of unknown size, apart from arrays', so this reuses the step the epochs compiled)."""
@@ -179,7 +190,8 @@ class _Repeated(keras.utils.PyDataset):
 def steady_state(bench: Bench, model: keras.Model, x: np.ndarray, y: np.ndarray, *, dataset: bool = False) -> dict:
     """The training step's compute throughput on one batch (x, y), as `fit()` runs it: one `fit()` over the
     batch repeated, `P.warmup_steps` untimed steps, then `P.step_repeats` laps of `P.steps_per_repeat` steps
-    (and one more step, untimed, whose start closes the last lap). It reuses the step `fit()` compiled for
+    (and one more step, untimed, whose start closes the last lap), waiting for the device only at a lap's ends
+    (`_LapsOnly`: no per-step copy of the logs). It reuses the step `fit()` compiled for
     this shape and structure (`train_on_batch` hands the step `(x, y, None)`, not `(x, y)`, so TensorFlow and
     JAX would trace and compile it again). The learning check's losses (support.timing.learned) are the
     batch's loss in inference mode (`evaluate`) before the first step and after the last: every step
@@ -195,12 +207,13 @@ def steady_state(bench: Bench, model: keras.Model, x: np.ndarray, y: np.ndarray,
 
     first = loss()
     watch = timing.Stopwatch("step", warmup=0, sync=bench.sync)
-    laps = _StepLaps(watch, warmup, steps, repeats, samples=steps * b)
+    laps = _LapsOnly([_StepLaps(watch, warmup, steps, repeats, samples=steps * b)], add_history=True, model=model,
+                     epochs=1, steps=n, verbose=0)
     if dataset:
-        model.fit(_Repeated(x, y, n), epochs=1, shuffle=False, verbose=0, callbacks=[laps])
+        model.fit(_Repeated(x, y, n), epochs=1, shuffle=False, verbose=0, callbacks=laps)
     else:
         model.fit(np.concatenate([x] * n), np.concatenate([y] * n), batch_size=b, epochs=1, shuffle=False, verbose=0,
-                  callbacks=[laps])
+                  callbacks=laps)
     result = timing.steady_summary(watch.laps, steps=steps, warmup=warmup, samples=b, losses=(first, loss()))
     print(timing.describe(result))
     bench.fields["steps"] = result
@@ -271,6 +284,16 @@ def device_peak_bytes(bench: Bench) -> int | None:
         stats = LIB.devices()[0].memory_stats()
         return stats["peak_bytes_in_use"] if stats else None
     return LIB.cuda.max_memory_allocated()
+
+
+def device_memory():
+    """The GPU's reading for the sweep's memory guard, as the backend's own notebooks take it (support.measure's
+    pytorch and jax modules); TensorFlow's allocator reports no limit (`get_memory_info` has the current and peak
+    bytes only), so there it is None and an out-of-memory error alone ends the sweep."""
+    if BACKEND == "tensorflow":
+        return None
+    own = importlib.import_module(f"support.measure.{'pytorch' if BACKEND == 'torch' else 'jax'}")
+    return own.device_memory
 
 
 def write(bench: Bench, model: keras.Model, **fields) -> dict:

@@ -41,7 +41,15 @@ def start(task: str, P, device: torch.device, *, precision: str, compilation: st
             wait()
 
     return Bench(task, "pytorch", P, precision=precision, compilation=compilation, record_path=record_path,
-                 environment=info, gpu=gpu, sync=sync if waits else None, variant=variant, devices=devices)
+                 environment=info, gpu=gpu, sync=sync if waits else None, variant=variant, devices=devices,
+                 device_memory=device_memory if gpu else None)
+
+
+def device_memory() -> tuple[int, int]:
+    """This process's GPU for the sweep's memory guard: (what PyTorch can still allocate: the device's free bytes
+    and the free blocks its caching allocator holds; the most it has had allocated)."""
+    cuda = torch.cuda
+    return cuda.mem_get_info()[0] + cuda.memory_reserved() - cuda.memory_allocated(), cuda.max_memory_allocated()
 
 
 def initial_weights(bench: Bench, model: torch.nn.Module) -> dict:
@@ -75,6 +83,9 @@ def sweep(bench: Bench, make_step, batch_sizes: str, *, devices: int = 1) -> dic
     readings = {} if not _distributed() else dict(
         clock=from_rank0(time.perf_counter), peak=from_rank0(env.peak_host_memory),
         available=from_rank0(lambda: psutil.virtual_memory().available))
+    if readings and bench.device_memory:
+        free, high = (from_rank0(lambda i=i: bench.device_memory()[i]) for i in (0, 1))
+        readings["device_memory"] = lambda: (free(), high())
     return bench.sweep(make_step, batch_sizes, devices=devices, **readings)
 
 
