@@ -154,9 +154,9 @@ def choose_lock_sets() -> tuple[str, dict | None, list[str]]:
         found = version_tuple(gpu["driver"])
         for name in sets:
             needed = suite.LOCK_SETS[name].driver
-            if needed and found < needed:
+            if needed and found < version_tuple(needed):
                 sys.exit(f"setup_envs.py: the NVIDIA driver is {gpu['driver']} ({gpu['name']}); the {name} lock set "
-                         f"(CUDA {suite.LOCK_SETS[name].cuda}) needs {'.'.join(map(str, needed))} or newer: update "
+                         f"(CUDA {suite.LOCK_SETS[name].cuda}) needs {needed} or newer: update "
                          f"the driver, or set {FORCE}=cpu to build the CPU lock sets (every line then runs on the CPU)")
     return kind, gpu, sets
 

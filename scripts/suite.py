@@ -44,7 +44,7 @@ class LockSet:
     name: str
     environment: str                    # the virtual environment it builds (.venvs/<environment>)
     cuda: str | None = None             # the CUDA major version of its GPU builds; None: CPU builds only
-    driver: tuple | None = None         # the oldest NVIDIA driver (Linux) that runs that CUDA
+    driver: str | None = None           # the oldest NVIDIA driver (Linux) that runs that CUDA, as nvidia-smi writes it
     gpu_lines: tuple = ()               # the GPU probe keys (GPU_PROBES) it puts on the GPU
     why: str = ""                       # what it is, for the lock file's header and the set-up's lines
 
@@ -52,11 +52,11 @@ class LockSet:
 LOCK_SETS = {s.name: s for s in (
     LockSet("modern", "modern", why="the CPU builds, PyTorch's CUDA 13 wheel aside"),
     LockSet("legacy", "legacy", why="CPU builds: MXNet 1.9.1 and Chainer 7.8.1 on numpy"),
-    LockSet("modern-cuda", "modern", "13", (580, 65, 6), ("pytorch", "jax"),
+    LockSet("modern-cuda", "modern", "13", "580.65.06", ("pytorch", "jax"),
             why="modern's pins plus jax[cuda13]: PyTorch, JAX, and Keras on either, on CUDA 13"),
-    LockSet("tensorflow-cuda", "tensorflow", "12", (525, 60, 13), ("tensorflow",),
+    LockSet("tensorflow-cuda", "tensorflow", "12", "525.60.13", ("tensorflow",),
             why="tensorflow[and-cuda] with modern's pins where they overlap: TensorFlow, and Keras on it, on CUDA 12"),
-    LockSet("legacy-cuda", "legacy", "11", (450, 80, 2), ("chainer",),
+    LockSet("legacy-cuda", "legacy", "11", "450.80.02", ("chainer",),
             why="legacy's pins plus CuPy for CUDA 11 and the CUDA 11.8 libraries: Chainer on the GPU; MXNet stays "
                 "the CPU build (MXNET_GPU)"),
 )}
