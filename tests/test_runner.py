@@ -425,13 +425,15 @@ def test_a_failed_rerun_shows_its_own_error_and_keeps_the_ok_record_it_replaces(
     assert json.loads((out / first["superseded"]).read_text()) == ok
 
 
-def test_resume_reruns_a_notebook_whose_inputs_changed_and_says_why(tmp_path, capsys):
+def test_resume_reruns_a_notebook_whose_inputs_changed_and_says_why(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(suite, "chosen_lock_sets", lambda: {"modern": "modern", "legacy": "legacy"})
     for task in ("gru_imdb", "cnn_cifar10"):
         write_notebook(tmp_path / "notebooks" / task / "pytorch.ipynb", task, "pytorch", OK)
     assert run_all.main(runner_args(tmp_path)) == 0
     record = json.loads(run_files(tmp_path / "results" / "box")["record"])
     assert record["inputs"]["parameters"] == {"profile": "tiny", "data": "auto"} and record["timed"] is True
-    assert set(record["inputs"]) == {"parameters", "notebook", "support", "pins", "hardware", "timed"}
+    assert set(record["inputs"]) == {"parameters", "notebook", "support", "pins", "lock_set", "hardware", "timed"}
+    assert record["inputs"]["lock_set"] == "modern"
     capsys.readouterr()
     write_notebook(tmp_path / "notebooks" / "gru_imdb" / "pytorch.ipynb", "gru_imdb", "pytorch", OK + "\n# edited")
     assert run_all.main(runner_args(tmp_path, "--resume")) == 0
