@@ -377,12 +377,12 @@ def notebook_parameters(job: Job, args, record_path: Path) -> dict:
 
 def inputs(job: Job, parameters: dict, args) -> dict:
     """What the record was made from: --resume reruns a notebook when any of these changed."""
+    pins = suite.lock_file(job.environment)
     return {"parameters": {k: v for k, v in parameters.items() if k != "record_path"},
             "notebook": digest(job.notebook),
             "support": args.support,
-            "pins": digest(suite.lock_file(job.environment),
-                           suite.REQUIREMENTS / f"{job.environment}-constraints.txt"),
-            "lock_set": suite.lock_file(job.environment).stem,
+            "pins": digest(pins, suite.REQUIREMENTS / f"{job.environment}-constraints.txt"),
+            "lock_set": pins.stem,
             "hardware": args.hardware,
             "timed": args.timed}
 

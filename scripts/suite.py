@@ -58,14 +58,12 @@ LOCK_SETS = {s.name: s for s in (
             why="tensorflow[and-cuda] with modern's pins where they overlap: TensorFlow, and Keras on it, on CUDA 12"),
     LockSet("legacy-cuda", "legacy", "11", "450.80.02", ("chainer",),
             why="legacy's pins plus CuPy for CUDA 11 and the CUDA 11.8 libraries: Chainer on the GPU; MXNet stays "
-                "the CPU build (MXNET_GPU)"),
+                "the CPU build (support/frameworks.py says why)"),
 )}
 # The lock sets a machine builds: without an NVIDIA GPU (or with DLROSETTA_GPU=cpu) the CPU sets, with one the CUDA
 # sets (scripts/setup_envs.py reads nvidia-smi and checks the driver against each set's).
 MACHINE_LOCK_SETS = {"cpu": ("modern", "legacy"), "cuda": ("modern-cuda", "tensorflow-cuda", "legacy-cuda")}
 CHOSEN = "lock-sets.json"       # .venvs/<this>: what setup_envs.py chose on this machine, for the runner
-# Why MXNet runs on the CPU on every machine (support/frameworks.py says it where the runner prints it).
-MXNET_GPU = frameworks.FRAMEWORKS["mxnet"].gpu_build
 
 
 def chosen_lock_sets() -> dict:
@@ -98,8 +96,8 @@ def lock_file(environment: str, chosen: dict | None = None) -> Path:
 def cuda_major(pin: str) -> str | None:
     """The CUDA major version a pinned package (`name==version`) is built for, or None for one without CUDA:
     'nvidia-cudnn-cu12', 'jax-cuda13-plugin', 'cupy-cuda11x' by name; NVIDIA's unsuffixed CUDA 13 wheels
-    ('nvidia-cublas==13.1.1.3', 'cuda-toolkit==13.0.3.0') by their version where it is the CUDA version, else
-    by the `cuda-toolkit` or `cuda-bindings` they come with (nvidia-cufft 12.0 ships in CUDA 13)."""
+    ('nvidia-cublas==13.1.1.3', 'cuda-toolkit==13.0.3.0') by their version, for the packages whose version is
+    the CUDA version. Others say nothing (None): nvidia-cufft 12.0 ships in CUDA 13, and its version cannot tell."""
     import re
 
     name, _, version = pin.partition("==")
