@@ -92,3 +92,57 @@ def test_keras_steady_state_waits_for_the_device_only_at_its_laps_ends(backend):
     assert proc.returncode == 0, proc.stderr[-2000:]
     counts = json.loads(proc.stdout.strip().splitlines()[-1])
     assert counts == {"epoch": 2, "steady": 0, "n": CNN.step_repeats}
+
+
+TWO_RANKS = """
+import datetime, json, os, sys
+import torch, torch.distributed as dist, torch.multiprocessing as mp
+
+
+def rank_main(rank, port, out):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    # the notebook's two-backend group ("cpu:gloo,cuda:nccl" on GPUs; NCCL needs one, so gloo stands in for it)
+    dist.init_process_group("cpu:gloo,cuda:gloo", rank=rank, world_size=2, timeout=datetime.timedelta(seconds=60))
+    from support import params
+    from support.measure import pytorch as measure
+    bench = measure.start("densenet_chestxray", params.load("densenet_chestxray", "tiny"), torch.device("cpu"),
+                          precision="fp32", compilation="off", record_path=None, devices=2)
+    if rank == 1:                 # rank 1 alone would stop at once: its own memory looks full
+        measure.psutil.virtual_memory = lambda: type("M", (), {"available": 1})()
+    agreed = [measure.from_rank0(lambda: 10.0 + rank)(), measure.from_rank0(lambda: None)()]
+
+    def make_step(b):
+        x = torch.ones(b)
+        return lambda: dist.all_reduce(x)          # a collective: ranks that disagreed would wait forever
+
+    result = measure.sweep(bench, make_step, "1,2,4", devices=2)
+    with open(f"{out}.{rank}", "w") as f:
+        json.dump({"agreed": agreed, "sizes": [row["batch_size"] for row in result["sizes"]]}, f)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    mp.spawn(rank_main, args=(int(sys.argv[1]), sys.argv[2]), nprocs=2)
+"""
+
+
+def test_the_sweeps_decisions_on_two_ranks_are_rank_0s_over_a_two_backend_group(tmp_path):
+    """On several ranks the sweep reads rank 0's clock and memory (`from_rank0`: a CPU tensor broadcast, which
+    needs the group's CPU backend, gloo, beside NCCL on GPUs): both ranks run the same sizes even where rank 1's
+    own reading would have stopped it, and None stays None."""
+    import socket
+    import subprocess
+    import sys
+
+    from support import env
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    script = tmp_path / "two_ranks.py"
+    script.write_text(TWO_RANKS)
+    proc = subprocess.run([sys.executable, str(script), str(port), str(tmp_path / "rank")], capture_output=True,
+                          text=True, timeout=300, cwd=env.ROOT,
+                          env={**__import__("os").environ, **env.project_environment(), "PYTHONPATH": str(env.ROOT)})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    ranks = [json.loads((tmp_path / f"rank.{r}").read_text()) for r in (0, 1)]
+    assert ranks[0] == ranks[1] == {"agreed": [10.0, None], "sizes": [1, 2, 4]}
