@@ -913,8 +913,13 @@ def write_machines(results: Path, readme: Path | None = None, reference: str | N
              "columns): steady-state compute samples/s (ResNet-50: images/s; higher is faster), and in brackets "
              "the ratio to the reference machine (the one with the most lines of that profile). Only lines of one "
              "profile compare: its batch sizes and data are the same on every machine.")
-    index = ["# Results by machine", "",
-             *[f"- [`{m}`]({m}/results.md): {len(rows)} baseline lines" for m, rows in found.items()], "",
+    listed = []
+    for folder in sorted(p for p in results.iterdir() if (p / "results.csv").is_file()):
+        m = folder.name
+        listed.append(f"- [`{m}`]({m}/results.md): {len(found[m])} baseline lines" if m in found else
+                      f"- [`{m}`]({m}/results.md): no line with a steady-state step time (its records come before "
+                      "that measure; their epoch times are in its results.md), so it is not in the tables below")
+    index = ["# Results by machine", "", *listed, "",
              "## Machines side by side", "", intro, "", *machines_tables(results, reference)]
     path = results / "index.md"
     atomic_write(path, "\n".join(index).rstrip() + "\n")

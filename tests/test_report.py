@@ -454,6 +454,9 @@ def test_machines_side_by_side_give_each_line_its_ratio_to_the_reference(tmp_pat
         for framework in frameworks:
             write(tmp_path / machine, framework, 0.9, step_s=step_s)
         report.build(tmp_path / machine)
+    (tmp_path / "old").mkdir()                  # a machine whose records came before the steady-state step time
+    (tmp_path / "old" / "results.csv").write_text("task,framework,status,profile,samples_per_s\n"
+                                                  "cnn_cifar10,pytorch,ok,tiny,210.5\n")
     readme = tmp_path / "README.md"
     readme.write_text(f"top\n{report.MACHINES_START}\nold\n{report.MACHINES_END}\nbottom\n")
     index = report.write_machines(tmp_path, readme).read_text()
@@ -462,6 +465,7 @@ def test_machines_side_by_side_give_each_line_its_ratio_to_the_reference(tmp_pat
     assert pytorch[2].endswith("(×0.5)") and "×" not in pytorch[1]
     assert md_row(index, "jax")[2] == report.EMPTY
     assert "- [`fast`](fast/results.md): 2 baseline lines" in index
+    assert "- [`old`](old/results.md): no line with a steady-state step time" in index and "`old` |" not in index
     text = readme.read_text()
     assert text.startswith("top\n") and text.endswith("bottom\n") and "old" not in text
     assert "| framework | `fast` (reference) | `slow` |" in text
