@@ -973,7 +973,8 @@ def status_cell(r: dict) -> str:
 
 def variant_table(rows: list[dict]) -> str:
     """One task's variant matrix: each framework line's baseline, then its variants (bf16, compiled, eager),
-    with the speed-up of the compute throughput over the baseline, the metric, the compilation and parity."""
+    with the speed-up of the compute throughput over the baseline, the MFU (each row over its own precision's
+    peak), the metric, the compilation and parity."""
     metric = rows[0]["metric"] if METRICS.get(rows[0]["task"]) else None
     step = "batch" if is_inference(rows[0]["task"]) else "step"
     columns = [
@@ -986,6 +987,7 @@ def variant_table(rows: list[dict]) -> str:
         ("images/s" if step == "batch" else "compute samples/s", True,
          lambda r: timed_cell(r, fmt(r["compute_samples_per_s"]))),
         ("speed-up", True, lambda r: EMPTY if r["speedup"] is None else f"{r['speedup']:.2f}x"),
+        ("MFU", True, lambda r: timed_cell(r, fmt_pct(r["mfu"]))),          # over the peak of the row's precision
         *([(metric, True, lambda r: metric_cell(r) if r["status"] == "ok" else EMPTY)] if metric else []),
         (f"first {step} s", True, lambda r: fmt(r["first_step_s"])),
         ("compile s", True, lambda r: fmt(r["compile_s"])),

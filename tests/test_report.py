@@ -234,7 +234,7 @@ def test_a_rows_mfu_divides_by_the_peak_of_its_own_precision(tmp_path):
     it divides by the bf16 peak, and a run that measured none leaves it without MFU, saying so."""
     write(tmp_path, "pytorch", 0.9, run="r1")
     path = tmp_path / "records" / "tiny" / "cnn_cifar10__pytorch__bf16.json"
-    write(tmp_path, "pytorch", 0.9, run="r1", variant="bf16")
+    write(tmp_path, "pytorch", 0.9, run="r1", variant="bf16", matrix={"precision": "bf16"})
     path.write_text(json.dumps(json.loads(path.read_text()) | {"precision": "bf16"}))
     run_file(tmp_path, "r1")                                 # float32 only, as runs before 2026-11-27
     rows = {r["precision"]: r for r in report.build(tmp_path)}
@@ -246,7 +246,13 @@ def test_a_rows_mfu_divides_by_the_peak_of_its_own_precision(tmp_path):
     rows = {r["precision"]: r for r in report.build(tmp_path)}
     assert rows["bf16"]["mfu"] == pytest.approx(rows["bf16"]["gflops"] / (4 * PEAK))
     assert rows["bf16"]["peak_gflops"] == 4 * PEAK and rows["fp32"]["peak_gflops"] == PEAK
-    assert "| cpu/bf16 | 400 |" in (tmp_path / "results.md").read_text()
+    md = (tmp_path / "results.md").read_text()
+    assert "| cpu/bf16 | 400 |" in md
+    variants = md.split("## Variants", 1)[1]                          # each row's MFU beside its speed-up
+    head = next(line for line in variants.splitlines() if line.startswith("| framework | variant |"))
+    bf16 = dict(zip([c.strip() for c in head.strip("|").split(" | ")],
+                    md_row(variants[variants.index("| pytorch | bf16 |"):], "pytorch")))
+    assert bf16["MFU"] == f"{report.fmt(100 * rows['bf16']['gflops'] / (4 * PEAK), 2)}%"
 
 
 def test_schema_1_records_still_render_with_the_new_columns_empty(tmp_path):
