@@ -22,7 +22,8 @@ scripts/device_wheels.sh downloads into .device/wheels beforehand (carried along
    one; a CPU and a CUDA tensor each broadcast and all-reduced.
 5. The notebooks, without papermill: each one's code cells in order, in one fresh namespace, in a child
    process of its own, with the runner's parameters injected after the cell tagged `parameters` as papermill
-   does (IPython's `display` is print; `%` and `!` lines are skipped), its output to a log and a time limit.
+   does (IPython's `display` is print; `%` and `!` lines are skipped), its output to a log and a time limit
+   (past it, every thread's stack, its workers' too, goes to the log before the kill).
    In order until the budget runs out, for each task (cnn_cifar10, gru_imdb, resnet50_features,
    densenet_chestxray in mode ram, then loader): PyTorch, JAX, Keras on torch, Keras on JAX, at `full` on
    synthetic data, float32, the epochs cut by DLROSETTA_PARAMS (support.params: DEFAULT_OVERRIDES below);
@@ -300,6 +301,20 @@ class Check:
             self.say(f"records.tar.gz not written: {err}")
 
 
+STACKS_SIGNAL = signal.SIGUSR1      # a notebook child writes every thread's stack to its log on this signal
+
+
+def dump_stacks(proc: subprocess.Popen, wait_s: float = 2.0) -> None:
+    """Before a run past its limit is killed: every process of its group (the notebook's child, and DataLoader
+    workers forked from it) writes its threads' stacks to the log (faulthandler, registered in run_child), so a
+    hang says where it waited."""
+    try:
+        os.killpg(proc.pid, STACKS_SIGNAL)
+    except (ProcessLookupError, PermissionError):
+        return
+    time.sleep(wait_s)
+
+
 def kill_group(proc: subprocess.Popen) -> None:
     """Stop a child and everything it started (its own process group: DataLoader workers, compilers)."""
     try:
@@ -326,8 +341,10 @@ def execute(check: Check, notebook: Path, executed: Path, log: Path, parameters:
         try:
             code = proc.wait(timeout=max(1.0, timeout))
         except subprocess.TimeoutExpired:
+            dump_stacks(proc)
             kill_group(proc)
-            return "timeout", f"no result after {timeout:.0f} s (the device check's limit for this run); killed"
+            return "timeout", (f"no result after {timeout:.0f} s (the device check's limit for this run); killed "
+                               "(its threads' stacks, and its workers', are at the end of its log)")
         finally:
             check.current = None
     if code == 0:
@@ -590,11 +607,21 @@ def nvidia_smi() -> dict:
     return {"gpus": gpus}
 
 
+def shm_free() -> int | None:
+    """Free bytes in /dev/shm, where DataLoader workers hand batches over (a container's default 64 MiB holds
+    about three of DenseNet-121's float32 batches of 32); None where there is none."""
+    try:
+        return shutil.disk_usage("/dev/shm").free
+    except OSError:
+        return None
+
+
 def versions(site: Path) -> dict:
     """Python, the OS and every package the notebooks use, read without importing them."""
     paths = [str(site)] + sys.path if site.is_dir() else None
     return {"python": platform.python_version(), "executable": sys.executable,
             "os": f"{platform.system()} {platform.release()}", "cpu_count": os.cpu_count(),
+            "shm_free_bytes": shm_free(),
             **{name: installed_version(name, paths) for name in VERSIONS}}
 
 
@@ -763,6 +790,8 @@ def child_rank() -> dict:
 def run_child(argv: list[str]) -> int:
     what = argv[0]
     if what == "notebook":
+        import faulthandler
+        faulthandler.register(STACKS_SIGNAL, file=sys.__stderr__, all_threads=True, chain=False)
         return execute_notebook(Path(argv[1]), Path(argv[2]), json.loads(argv[3]))
     answer = {"torch": lambda: child_torch(argv[1] if len(argv) > 1 else "full"), "jax": child_jax,
               "rank": child_rank}[what]()
