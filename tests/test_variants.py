@@ -361,8 +361,8 @@ def test_the_variant_table_shows_speed_ups_over_each_lines_baseline_and_the_read
     built = report.build(tmp_path / "box", readme)
     assert len(built) == 5
     markdown = (tmp_path / "box" / "results.md").read_text()
-    assert "| pytorch | bf16 | bf16 | no | ok | 21.3 | 1,500 | 1.50x | 0.800 |" in markdown
-    assert "| tensorflow | bf16 | bf16 | no | ok | 80† | 400† | 0.50x | 0.200 **outside band** |" in markdown
+    assert "| pytorch | bf16 | bf16 | no | ok | 21.3 | 1,500 | 1.50x | — | 0.800 |" in markdown      # no run file: no MFU
+    assert "| tensorflow | bf16 | bf16 | no | ok | 80† | 400† | 0.50x | — | 0.200 **outside band** |" in markdown
     assert "| pytorch | sweep | 100 (12 ms) | 6,400 (12 ms) | time budget: batch 128 would take (probed 2, 4) |" in markdown
     assert (tmp_path / "box" / "plots" / "tiny" / "cnn_cifar10-variants.png").exists()
     assert (tmp_path / "box" / "plots" / "tiny" / "cnn_cifar10-batch.png").exists()
