@@ -56,7 +56,7 @@ def start(task: str, P, device, *, precision: str, compilation: str, record_path
     if bench.compiled:
         bench.stop(NO_COMPILER, status="not_applicable")
     if gpu:
-        _peak_hook().__enter__()        # from here on, every allocation from CuPy's pool counts (device_peak_bytes)
+        _peak_hook()            # from here on, every allocation from CuPy's pool counts (device_peak_bytes)
     return bench
 
 
@@ -66,7 +66,9 @@ _PEAK = {}
 def _peak_hook():
     """A CuPy memory hook that keeps the bytes in use from the memory pool and their peak: CuPy's pool reports
     only its size now (`total_bytes`, held blocks included) and what is in use now (`used_bytes`), no peak.
-    `cupy.cuda.MemoryHook` is CuPy's documented way to watch every `malloc` and `free` of the pool."""
+    `cupy.cuda.MemoryHook` is CuPy's documented way to watch every `malloc` and `free` of the pool. It is
+    registered once, when first asked for (a second `__enter__` of one name raises KeyError, as a notebook run
+    twice in one kernel would): like PyTorch's `max_memory_allocated`, its peak is the process's."""
     if "hook" not in _PEAK:
         cupy = chainer.backends.cuda.cupy
 
@@ -83,7 +85,7 @@ def _peak_hook():
             def free_postprocess(self, device_id, mem_size, mem_ptr, pmem_id):
                 self.used -= mem_size
 
-        _PEAK["hook"] = PeakHook()
+        _PEAK["hook"] = PeakHook().__enter__()
     return _PEAK["hook"]
 
 
@@ -142,13 +144,13 @@ def n_parameters(model: chainer.Link) -> int:
 
 def device_memory() -> tuple[int, int]:
     """The GPU for the sweep's memory guard: (the device's free bytes and the blocks CuPy's pool holds unused, the
-    most the pool has had in use since `start`)."""
+    most the pool has had in use since the first `start`)."""
     cupy = chainer.backends.cuda.cupy
     return cupy.cuda.runtime.memGetInfo()[0] + cupy.get_default_memory_pool().free_bytes(), _peak_hook().peak
 
 
 def device_peak_bytes(bench: Bench) -> int | None:
-    """The most bytes in use from CuPy's memory pool at once since `start` (its peak hook; PyTorch's
+    """The most bytes in use from CuPy's memory pool at once since the first `start` (its peak hook; PyTorch's
     max_memory_allocated); None on the CPU, where records.write adds the host's peak."""
     return _peak_hook().peak if bench.gpu else None
 
