@@ -165,7 +165,7 @@ def write_choice(kind: str, gpu: dict | None, sets: list[str]) -> None:
     """.venvs/lock-sets.json: the runner reads from it which environment runs each line and which pins it used."""
     suite.VENVS.mkdir(parents=True, exist_ok=True)
     choice = {"machine": kind, "gpu": gpu, "forced": os.environ.get(FORCE) or None,
-              "sets": {suite.LOCK_SETS[name].environment: name for name in sets}}
+              "sets": suite.by_environment(sets)}
     path = suite.VENVS / suite.CHOSEN
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(choice, indent=1) + "\n")
@@ -283,8 +283,8 @@ def lock(python: str, name: str) -> None:
         run(pip + ["install", "--quiet", "--dry-run", "--ignore-installed", "--report", report,
                    "-r", suite.REQUIREMENTS / f"{name}.in"], env=pip_environ(lock_set.environment, pip[0]))
         installed = json.loads(report.read_text())["install"]
-    pinned = sorted(f"{item['metadata']['name']}=={item['metadata']['version']}" for item in installed)
-    pinned.sort(key=str.lower)
+    pinned = sorted((f"{item['metadata']['name']}=={item['metadata']['version']}" for item in installed),
+                    key=lambda pin: (pin.lower(), pin))
     header = (f"# Exact pins of the `{name}` lock set of the `{lock_set.environment}` environment "
               f"({lock_set.why}).\n"
               f"# Generated from {name}.in by `python3 scripts/setup_envs.py --lock {name}`; "
@@ -335,7 +335,7 @@ def main(argv=None) -> None:
         lock(python, args.lock)
         return
     kind, gpu, sets = choose_lock_sets()
-    chosen = {suite.LOCK_SETS[name].environment: name for name in sets}
+    chosen = suite.by_environment(sets)
     unknown = [e for e in args.envs if e not in chosen]
     if unknown:
         known = set(suite.ENVIRONMENTS) | set(suite.GPU_ENVIRONMENTS)

@@ -66,6 +66,11 @@ MACHINE_LOCK_SETS = {"cpu": ("modern", "legacy"), "cuda": ("modern-cuda", "tenso
 CHOSEN = "lock-sets.json"       # .venvs/<this>: what setup_envs.py chose on this machine, for the runner
 
 
+def by_environment(sets) -> dict:
+    """{environment: lock set name} for the lock sets named in `sets`."""
+    return {LOCK_SETS[name].environment: name for name in sets}
+
+
 def chosen_lock_sets() -> dict:
     """{environment: lock set name} as setup_envs.py built them on this machine (.venvs/lock-sets.json); the CPU
     sets where it has not written one (a checkout set up before lock sets, or built by hand)."""
@@ -75,7 +80,7 @@ def chosen_lock_sets() -> dict:
             return dict(chosen)
     except (OSError, ValueError, KeyError, TypeError):
         pass
-    return {LOCK_SETS[name].environment: name for name in MACHINE_LOCK_SETS["cpu"]}
+    return by_environment(MACHINE_LOCK_SETS["cpu"])
 
 
 def run_environment(framework: str, parameters: dict, chosen: dict | None = None) -> str:
