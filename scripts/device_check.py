@@ -693,7 +693,7 @@ def child_torch(profile: str) -> dict:
     import torch
     sys.path.insert(0, str(ROOT))
     from scripts import calibrate
-    from support import precision, timing
+    from support import precision
 
     small = profile != "full"           # the tiny and cpu profiles check the code path, not the peak
     cuda = torch.cuda.is_available()
@@ -708,7 +708,7 @@ def child_torch(profile: str) -> dict:
         measured["peaks"].update(gpu["peaks"])
         measured.setdefault("errors", {}).update(gpu.get("errors", {}))
         torch.cuda.empty_cache()
-    peaks, errors = measured["peaks"], measured.get("errors") or {}
+    peaks, errors = measured["peaks"], measured.pop("errors", {})
     true32 = {"how": "float32 matmul against float64, Frobenius norm of the difference over the exact product's"}
     try:
         device = "cuda" if cuda else "cpu"
@@ -729,9 +729,7 @@ def child_torch(profile: str) -> dict:
     except Exception as err:      # noqa: BLE001
         errors["true_float32"] = f"{type(err).__name__}: {err}"
     precisions = {p: precision.peak_key("cuda", p) for p in precision.PEAK_KINDS}
-    return {"torch": info, "calibration": {"peaks": peaks, "harness_overhead_s": timing.overhead(),
-                                           "load": list(os.getloadavg()),
-                                           "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    return {"torch": info, "calibration": {**measured,      # the peaks, the harness overhead, the load, the date
                                            "precisions": {k: v for k, v in precisions.items() if v in peaks},
                                            **({"errors": errors} if errors else {}),
                                            **({"note": "tiny or cpu profile: small matrices, not a peak"} if small else {})},
