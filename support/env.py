@@ -97,8 +97,12 @@ def _slug(text: str) -> str:
 def machine_name() -> str:
     """A folder name for this machine's results: the GPUs' model and count where there are GPUs,
     then the cores and the CPU model, e.g. `cpu-2c-intel-xeon-platinum-8488c`,
-    `cpu-2c-amd-epyc-f26m2s1` (a VM that hides the model number) or `nvidia-h100-x1-cpu-16c-...`."""
-    host = f"cpu-{os.cpu_count()}c-{_slug(cpu_model())}"
+    `cpu-2c-amd-epyc-f26m2s1` (a VM that hides the model number) or `nvidia-h100-x1-cpu-16c-...`; a CPU capped
+    to an older ISA (support.hardware: DLROSETTA_CPU_ISA, oneDNN's caps) is another machine, `...-isa-avx2`."""
+    from support import hardware
+
+    cpu = hardware.Cpu()
+    host = f"cpu-{os.cpu_count()}c-{_slug(cpu_model())}" + (f"-isa-{cpu.level}" if cpu.cap else "")
     gpus = gpu_names()
     return f"{_slug(gpus[0])}-x{len(gpus)}-{host}" if gpus else host
 

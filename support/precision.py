@@ -18,7 +18,7 @@ reason, in the framework's own words where it gives them, and ends the notebook 
 It imports support.frameworks only (standard library): records imports it, never the other way round.
 
     precision.check(precision, compilation)             # a bad value: one line naming it and the choices
-    reason = precision.device_reason(precision, gpu)    # tf32 and fp16 need a GPU
+    reason = hardware.reason(precision, gpu=gpu)         # support/hardware.py: what this device computes
     if reason:
         records.stop(record_path, reason, task=..., framework=..., params=P, environment=info,
                        precision=precision, compilation=compilation)
@@ -72,16 +72,6 @@ def check(precision: str, compilation: str = "auto") -> None:
         raise ValueError(f"precision {precision!r} is not one of {', '.join(PRECISIONS)}")
     if compilation not in COMPILATIONS:
         raise ValueError(f"compilation {compilation!r} is not one of {', '.join(COMPILATIONS)}")
-
-
-def device_reason(precision: str, gpu: bool) -> str | None:
-    """Why this device cannot run `precision`, or None. The same rule for every framework."""
-    if gpu or precision not in ("tf32", "fp16"):
-        return None
-    if precision == "tf32":
-        return "TF32 is a mode of NVIDIA tensor cores (Ampere and later); a CPU has no TF32 arithmetic"
-    return ("float16 mixed precision is for GPUs: this CPU has no float16 arithmetic (no AVX512-FP16 or AMX-FP16), "
-            "so frameworks refuse it or emulate it in float32")
 
 
 def default(framework: str, task: str = "") -> str:

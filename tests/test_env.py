@@ -16,6 +16,9 @@ CPUS = {
 
 
 def test_machine_names_tell_cpu_models_apart(monkeypatch):
+    from support import hardware
+    for variable in ("DLROSETTA_CPU_ISA", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA"):
+        monkeypatch.delenv(variable, raising=False)
     monkeypatch.setattr(env, "gpu_names", lambda: [])
     monkeypatch.setattr(os, "cpu_count", lambda: 2)
     names = {}
@@ -27,6 +30,13 @@ def test_machine_names_tell_cpu_models_apart(monkeypatch):
     monkeypatch.setattr(env, "gpu_names", lambda: ["NVIDIA H100 80GB HBM3"] * 4)
     assert env.machine_name() == "nvidia-h100-80gb-hbm3-x4-cpu-2c-amd-epyc-f26m2s1"
     assert env.cpu_model() == "AMD EPYC (family 26, model 2, stepping 1)"
+    # a CPU capped to an older ISA is another machine: its results never mix with the CPU's own
+    monkeypatch.setattr(env, "gpu_names", lambda: [])
+    monkeypatch.setattr(hardware, "_cpuinfo_flags", lambda: {"sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw",
+                                                           "avx512vl", "avx512dq", "avx512_bf16"})
+    monkeypatch.setattr(hardware, "_x86", lambda: True)
+    monkeypatch.setenv("DLROSETTA_CPU_ISA", "avx2")
+    assert env.machine_name() == "cpu-2c-amd-epyc-f26m2s1-isa-avx2"
 
 
 def git(root, *args):

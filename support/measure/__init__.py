@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 
-from support import files, init as initial, precision as prec, records, timing
+from support import files, hardware, init as initial, precision as prec, records, timing
 from support.parity import agree  # noqa: F401  (re-exported: the save/load and ONNX agreement checks)
 
 
@@ -31,7 +31,12 @@ class Bench:
 
     def __init__(self, task: str, framework: str, P, *, precision: str, compilation: str, record_path,
                  environment: dict, gpu: bool, sync=None, compilation_key: str | None = None, variant: str = "",
-                 devices: int = 1, device_memory=None):
+                 devices: int = 1, device_memory=None, refusal: str | None = None, own_bf16=None, matmul=None,
+                 gpu_capability=None):
+        """`refusal`: why the framework itself cannot run this precision on this device (its own words), asked
+        first; then the device (support.hardware.reason): `own_bf16()` is the framework's own answer whether
+        its kernels compute bfloat16 on this CPU, `matmul(dtype)` its probe, `gpu_capability` the GPU's
+        compute capability (major, minor) where the framework tells it."""
         prec.check(precision, compilation)
         self.task, self.framework, self.P, self.variant = task, framework, P, variant
         self.devices = devices      # data parallelism: each training step takes the task's batch on every device
@@ -42,7 +47,11 @@ class Bench:
         self.epochs = timing.Stopwatch("epoch", warmup=getattr(P, "warmup_epochs", 1), sync=sync)
         self.steps_per_epoch = None
         self.fields: dict = {}      # what the measurement part adds to the record (steps, sweep, checks)
-        reason = prec.device_reason(precision, gpu)
+        cpu = hardware.Cpu()
+        self.environment["hardware"] = hardware.describe(cpu)     # the CPU's ISA level, its cap, bf16 by its flags
+        print(f"hardware: {hardware.summary(cpu)}" if not gpu else f"hardware: a GPU; host {hardware.summary(cpu)}")
+        reason = refusal or hardware.reason(precision, gpu=gpu, gpu_capability=gpu_capability, own=own_bf16,
+                                            matmul=matmul, cpu=cpu)
         if reason:
             self.stop(reason)
 

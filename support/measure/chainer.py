@@ -49,10 +49,8 @@ def start(task: str, P, device, *, precision: str, compilation: str, record_path
     env.show(info)
     bench = Bench(task, "chainer", P, precision=precision, compilation=compilation, record_path=record_path,
                   environment=info, gpu=gpu, sync=device.device.synchronize if gpu else None, variant=variant,
-                  devices=devices, device_memory=device_memory if gpu else None)
-    reason = framework_reason(precision, gpu)
-    if reason:
-        bench.stop(reason)
+                  devices=devices, device_memory=device_memory if gpu else None,
+                  refusal=framework_reason(precision, gpu))
     if bench.compiled:
         bench.stop(NO_COMPILER, status="not_applicable")
     if gpu:

@@ -12,11 +12,12 @@ from __future__ import annotations
 import time
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from support import env
+from support import env, hardware
 from support.measure import Bench
 
 NOT_COMPILED = ("JAX compiles every step by construction: jax.jit makes it one XLA computation, and "
@@ -36,19 +37,31 @@ def start(task: str, P, *, precision: str, compilation: str, record_path, varian
           devices: int = 1) -> Bench:
     """The run's Bench: prints JAX's versions and devices, checks `precision` and `compilation`, and ends the
     notebook (with its record) where they cannot run: `compilation="off"` (not_applicable), fp16 in training
-    (unsupported), tf32 and fp16 on a CPU (support.precision.device_reason)."""
+    (unsupported), what the device does not compute (support.hardware)."""
     gpu = jax.default_backend() == "gpu"
     info = env.describe(jax)
     env.show(info)
     print(jax.devices())
+    capability = getattr(jax.devices()[0], "compute_capability", None) if gpu else None
     bench = Bench(task, "jax", P, precision=precision, compilation=compilation, record_path=record_path,
                   environment=info, gpu=gpu, sync=sync, variant=variant, devices=devices,
-                  device_memory=device_memory if gpu else None)
+                  device_memory=device_memory if gpu else None, matmul=matmul,
+                  gpu_capability=tuple(int(v) for v in capability.split(".")) if capability else None)
     if bench.compilation == "off":
         bench.stop(NOT_COMPILED, status="not_applicable")
     if precision == "fp16" and task not in INFERENCE_TASKS:
         bench.stop(NO_LOSS_SCALER)
     return bench
+
+
+def matmul(dtype: str):
+    """support.hardware's probe: one square matmul on the CPU in `dtype` ('float32' or 'bfloat16'), compiled by
+    XLA and waited for. JAX has no answer of its own: XLA generates its code for the CPU it finds (or the ISA of
+    --xla_cpu_max_isa in XLA_FLAGS)."""
+    cpu = jax.devices("cpu")[0]
+    a = jax.device_put(jnp.ones((hardware.PROBE_N, hardware.PROBE_N), getattr(jnp, dtype)), cpu)
+    dot = jax.jit(jnp.dot)
+    return lambda: dot(a, a).block_until_ready()
 
 
 def initial_weights(bench: Bench, model: nnx.Module) -> dict:

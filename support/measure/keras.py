@@ -25,7 +25,7 @@ import logging
 import keras
 import numpy as np
 
-from support import env, params, timing
+from support import env, hardware, params, timing
 from support.measure import Bench
 
 BACKEND = keras.config.backend()
@@ -102,7 +102,7 @@ def start(task: str, P, *, precision: str, compilation: str, record_path, varian
     bench = Bench(task, "keras", P, precision=precision, compilation=compilation, record_path=record_path,
                   environment=described, gpu=on_gpu, sync=_sync(on_gpu), compilation_key=f"keras-{BACKEND}",
                   variant=BACKEND if variant is None else variant, devices=devices,
-                  device_memory=device_memory() if on_gpu else None)
+                  device_memory=device_memory() if on_gpu else None, own_bf16=own_bf16, matmul=matmul)
     tf32 = precision == "tf32"
     if BACKEND == "torch":
         LIB.set_flush_denormal(True)
@@ -115,6 +115,22 @@ def start(task: str, P, *, precision: str, compilation: str, record_path, varian
         logging.getLogger("jax2onnx").setLevel(logging.ERROR)
     print(f"{precision}, jit_compile={bench.compiled} on {BACKEND}")
     return bench
+
+
+def own_bf16() -> str | None:
+    """The backend's own answer whether its CPU kernels compute bfloat16 (None: they do, or it has no answer):
+    PyTorch's oneDNN check on torch (support.measure.pytorch.own_bf16)."""
+    if BACKEND != "torch":
+        return None
+    from support.measure import pytorch
+    return pytorch.own_bf16()
+
+
+def matmul(dtype: str):
+    """support.hardware's probe in Keras's own ops, on whichever backend: one square matmul in `dtype`, brought to
+    numpy (which waits for it)."""
+    a = keras.ops.cast(keras.ops.ones((hardware.PROBE_N, hardware.PROBE_N)), dtype)
+    return lambda: keras.ops.convert_to_numpy(keras.ops.matmul(a, a))
 
 
 class EpochTimer(keras.callbacks.Callback):

@@ -19,7 +19,7 @@ import mxnet as mx
 import numpy as np
 from mxnet import autograd, gluon
 
-from support import env
+from support import env, hardware
 from support.measure import Bench
 
 BF16_GPU = ("MXNet 1.9.1's bfloat16 AMP is CPU-only: amp casts only CPU arrays to bfloat16 and its bfloat16 "
@@ -42,12 +42,34 @@ def start(task: str, P, ctx: mx.Context, *, precision: str, compilation: str, re
     gpu = ctx.device_type == "gpu"
     info = env.describe(mx)
     env.show(info)
-    bench = (_ModuleBench if variant == "module" else Bench)(
+    return (_ModuleBench if variant == "module" else Bench)(
         task, "mxnet", P, precision=precision, compilation=compilation, record_path=record_path,
-        environment=info, gpu=gpu, sync=mx.nd.waitall, variant=variant, devices=devices)
-    if precision == "bf16" and gpu:
-        bench.stop(BF16_GPU)
-    return bench
+        environment=info, gpu=gpu, sync=mx.nd.waitall, variant=variant, devices=devices,
+        refusal=BF16_GPU if precision == "bf16" and gpu else None, own_bf16=own_bf16, matmul=convolution)
+
+
+def convolution(dtype: str, channels: int = 16):
+    """A small 3x3 convolution on the CPU in `dtype` ('float32' or 'bfloat16', cast as MXNet's AMP casts),
+    waited for: support.hardware's probe, and through own_bf16 MXNet's own answer."""
+    from mxnet.contrib.amp.amp import bfloat16
+
+    x, w = mx.nd.ones((2, channels, 8, 8)), mx.nd.ones((channels, channels, 3, 3))
+    if dtype == "bfloat16":
+        x, w = (mx.nd.amp_cast(a, dtype=bfloat16) for a in (x, w))
+
+    def call():
+        mx.nd.Convolution(x, w, kernel=(3, 3), pad=(1, 1), num_filter=channels, no_bias=True).wait_to_read()
+    return call
+
+
+def own_bf16() -> str | None:
+    """MXNet's own answer whether its oneDNN computes bfloat16 on this CPU (None: it does): one bfloat16
+    convolution, whose error is MXNet's words. MXNet 1.9.1's oneDNN reads DNNL_MAX_CPU_ISA (not ONEDNN_...)."""
+    try:
+        convolution("bfloat16")()
+    except mx.base.MXNetError as err:
+        return f"a bfloat16 convolution fails with {' '.join(str(err).split())[:200]}"
+    return None
 
 
 def _arrays(model) -> dict:

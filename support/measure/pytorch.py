@@ -16,7 +16,7 @@ import psutil
 import torch
 import torch.distributed as dist
 
-from support import env
+from support import env, hardware
 from support.measure import Bench
 
 
@@ -42,7 +42,22 @@ def start(task: str, P, device: torch.device, *, precision: str, compilation: st
 
     return Bench(task, "pytorch", P, precision=precision, compilation=compilation, record_path=record_path,
                  environment=info, gpu=gpu, sync=sync if waits else None, variant=variant, devices=devices,
-                 device_memory=device_memory if gpu else None)
+                 device_memory=device_memory if gpu else None, own_bf16=own_bf16, matmul=matmul,
+                 gpu_capability=torch.cuda.get_device_capability() if gpu else None)
+
+
+def own_bf16() -> str | None:
+    """PyTorch's own answer whether its CPU kernels compute bfloat16 (None: they do): oneDNN's check, which reads
+    the CPU and oneDNN's ISA cap (ONEDNN_MAX_CPU_ISA)."""
+    if torch.ops.mkldnn._is_mkldnn_bf16_supported():
+        return None
+    return "torch.ops.mkldnn._is_mkldnn_bf16_supported() is False: its oneDNN has no bfloat16 kernels for this CPU"
+
+
+def matmul(dtype: str):
+    """support.hardware's probe: one square matmul on the CPU in `dtype` ('float32' or 'bfloat16')."""
+    a = torch.randn(hardware.PROBE_N, hardware.PROBE_N).to(getattr(torch, dtype))
+    return lambda: torch.mm(a, a)
 
 
 def device_memory() -> tuple[int, int]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
-from support import env
+from support import env, hardware
 from support.measure import Bench
 
 
@@ -27,7 +27,21 @@ def start(task: str, P, *, gpu: bool, precision: str, compilation: str, record_p
     env.show(info)
     return Bench(task, "tensorflow", P, precision=precision, compilation=compilation, record_path=record_path,
                  environment=info, gpu=gpu, sync=tf.test.experimental.sync_devices if gpu else None,
-                 variant=variant, devices=devices)
+                 variant=variant, devices=devices, matmul=matmul, gpu_capability=gpu_capability() if gpu else None)
+
+
+def gpu_capability() -> tuple[int, int] | None:
+    """The first GPU's compute capability, as TensorFlow reports it."""
+    details = tf.config.experimental.get_device_details(tf.config.list_physical_devices("GPU")[0])
+    return details.get("compute_capability")
+
+
+def matmul(dtype: str):
+    """support.hardware's probe: one square matmul on the CPU in `dtype` ('float32' or 'bfloat16'), waited for.
+    TensorFlow has no answer of its own: its dispatch reads the CPU's flags, not oneDNN's ISA cap."""
+    with tf.device("/CPU:0"):
+        a = tf.cast(tf.random.normal((hardware.PROBE_N, hardware.PROBE_N)), getattr(tf, dtype))
+    return lambda: tf.matmul(a, a).numpy()
 
 
 def on_device(bench: Bench, *arrays) -> tuple:
