@@ -5,13 +5,16 @@ keeps both answers in the run's metadata, results/<machine>/runs/<run>.json: the
 peak each row's MFU divides by, the second says whether the machine stayed as fast through the
 run (results.md warns when they differ by more than 10%).
 
-The measurement is the one every MFU figure uses: a large matrix multiply, warm-up calls first, then
-repeats of several calls each; the median repeat gives GFLOP/s = 2 n^3 / time. There is one peak per
+The measurement is the one every MFU figure uses: a large matrix multiply, a warm-up call, then the operator-
+benchmark method: a second call timed alone estimates one call, and 7 repeats of as many calls as fit the kernel's
+time budget (BUDGET_S) follow; the median repeat gives GFLOP/s = 2 n^3 / time. So it ends in seconds whatever
+the CPU: about 15 s on the 2-core Zen 5, float32 and bfloat16. There is one peak per
 precision a device computes in (support.precision.PEAK_KINDS): on the CPU float32 and bfloat16, timing
 every BLAS at hand (PyTorch's MKL and numpy's OpenBLAS) and oneDNN's 3x3 convolution and keeping the
 fastest; on a GPU cuBLAS in float32 with TF32 off, TF32, bfloat16 and float16. A row's MFU divides by
-its own precision's peak. A peak that cannot be measured is named under "errors"; the others stay
-(a GPU that fails keeps the CPU's).
+its own precision's peak. A precision the device does not compute at hardware speed (support/hardware.py:
+bfloat16 on a CPU without avx512_bf16 or AMX) is not calibrated: its peak is absent, its reason under "errors",
+as a peak that cannot be measured is (a GPU that fails keeps the CPU's); the float32 peak never depends on another.
 
     .venvs/modern/bin/python scripts/calibrate.py              # JSON on stdout
     .venvs/modern/bin/python scripts/calibrate.py --cuda       # also the GPU
@@ -27,14 +30,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from support import timing  # noqa: E402  (support first: it points caches at .cache/)
+from support import hardware, timing  # noqa: E402  (support first: it points caches at .cache/)
 
-SIZES = {"cpu": 4096, "cuda": 8192}          # big enough to run at the BLAS's peak, small enough for seconds
-CALLS = {"cpu": 1, "cuda": 20}               # multiplies per repeat
+SIZES = {"cpu": 2048, "cuda": 8192}          # at the BLAS's peak (on the 2-core Zen 5, 2048 runs as fast as 4096)
+BUDGET_S = {"cpu": 1.5, "cuda": 1.0}         # seconds of timed repeats per kernel: the count comes from a first call
 
 # What each device is calibrated for: the kinds of support.precision.PEAK_KINDS that device can compute (a CPU
-# has no TF32 and, in these frameworks, no float16 training).
+# has no TF32 and, in these frameworks, no float16 training); a kind the device does not compute at hardware speed
+# (support.hardware: bfloat16 on a CPU without it, TF32 and bfloat16 before Ampere) is named under "errors".
 KINDS = {"cpu": ("float32", "bf16"), "cuda": ("float32", "tf32", "bf16", "fp16")}
+PRECISION_OF = {"float32": "fp32", "tf32": "tf32", "bf16": "bf16", "fp16": "fp16"}
 
 
 def set_tf32(torch, on: bool) -> None:
@@ -75,12 +80,12 @@ def _numpy_mm(device: str, n: int, kind: str = "float32"):
     return (lambda: a @ b), None, f"numpy {np.__version__} ({blas})", 2.0 * n ** 3
 
 
-CONV = (16, 512, 28)        # batch, channels in = out, height = width: a 3x3 convolution of ResNet-50's stage 3
+CONV = (8, 512, 28)        # batch, channels in = out, height = width: a 3x3 convolution of ResNet-50's stage 3
 
 
 def _torch_conv(device: str, n: int, kind: str = "float32"):
     """oneDNN's direct 3x3 convolution, channels-last: on AVX-512 CPUs it outruns every BLAS GEMM (on the
-    2-core Zen 5 EPYC, about 500 GFLOP/s against OpenBLAS's 239), and the frameworks' convolutions run on it."""
+    2-core Zen 5 EPYC, about 510 GFLOP/s against OpenBLAS's 255), and the frameworks' convolutions run on it."""
     import torch
     batch, channels, size = CONV
     dtype = _torch_dtype(torch, kind)
@@ -110,10 +115,34 @@ def _kernels(device: str, n: int, kind: str):
     return found
 
 
-def matmul_peak(device: str = "cpu", repeats: int = timing.MIN_REPEATS, warmup: int = 2, n: int | None = None,
-                kind: str = "float32", calls: int | None = None) -> dict:
+def calls_per_repeat(estimate_s: float, budget_s: float, repeats: int) -> int:
+    """The operator-benchmark count: as many calls per repeat as fit `repeats` repeats in `budget_s`, given one
+    call's estimated time (at least one: a slow kernel then takes `repeats` calls, however long)."""
+    return max(1, int(budget_s / repeats / max(estimate_s, 1e-9)))
+
+
+def timed_kernel(call, sync, flop_per_call: float, *, repeats: int, budget_s: float) -> dict:
+    """One kernel's GFLOP/s: a first call (warm-up: a library picks its kernel, fills its caches), a second timed
+    alone as the estimate, then `repeats` repeats of the count that fits the budget (support.timing.benchmark)."""
+    call()
+    estimate = timing.timed(call, sync=sync)[1]
+    calls = calls_per_repeat(estimate, budget_s, repeats)
+
+    def repeat():
+        for _ in range(calls):
+            call()
+
+    summary = timing.benchmark(repeat, repeats=repeats, warmup=0, sync=sync, unit="repeat")
+    flop = flop_per_call * calls
+    return {"calls_per_repeat": calls, "repeats": repeats, "estimate_s": estimate,
+            "gflops": flop / summary["median_s"] / 1e9, "gflops_max": flop / summary["min_s"] / 1e9,
+            "cv": summary["cv"], "laps_s": summary["laps_s"]}
+
+
+def matmul_peak(device: str = "cpu", repeats: int = timing.MIN_REPEATS, n: int | None = None,
+                kind: str = "float32", budget_s: float | None = None) -> dict:
     """Median and best GFLOP/s of the fastest kernel of `kind` (float32, tf32, bf16 or fp16) on `device`
-    ("cpu" or "cuda"), n x n for a matmul.
+    ("cpu" or "cuda"), n x n for a matmul, each kernel within `budget_s` of timed repeats.
 
     On the CPU every BLAS at hand is timed (PyTorch's MKL, numpy's OpenBLAS for float32) and oneDNN's 3x3
     convolution, and the fastest is the peak: on an AMD CPU, MKL's float32 GEMM runs well below
@@ -121,21 +150,12 @@ def matmul_peak(device: str = "cpu", repeats: int = timing.MIN_REPEATS, warmup: 
     put MFU above 100%.
     """
     n = n or SIZES[device]
-    calls = calls or CALLS[device]
+    budget_s = budget_s or BUDGET_S[device]
     results = []
     try:
-        for mm, sync, library, flop_per_call in _kernels(device, n, kind):
-            flop = flop_per_call * calls
-
-            def repeat():
-                for _ in range(calls):
-                    mm()
-
-            summary = timing.benchmark(repeat, repeats=repeats, warmup=warmup, sync=sync, unit="repeat")
-            results.append({"device": device, "dtype": kind, "n": n, "calls_per_repeat": calls,
-                            "repeats": repeats, "gflops": flop / summary["median_s"] / 1e9,
-                            "gflops_max": flop / summary["min_s"] / 1e9, "cv": summary["cv"],
-                            "laps_s": summary["laps_s"], "library": library})
+        for call, sync, library, flop_per_call in _kernels(device, n, kind):
+            timed = timed_kernel(call, sync, flop_per_call, repeats=repeats, budget_s=budget_s)
+            results.append({"device": device, "dtype": kind, "n": n, **timed, "library": library})
     finally:
         if device == "cuda":
             import torch
@@ -144,21 +164,40 @@ def matmul_peak(device: str = "cpu", repeats: int = timing.MIN_REPEATS, warmup: 
     return {**best, "libraries": {r["library"]: r["gflops"] for r in results}}
 
 
+def not_computed(device: str, kind: str) -> str | None:
+    """Why `device` does not compute `kind` at hardware speed (support.hardware, with PyTorch's own answer and
+    probe on the CPU), or None: such a kind is not calibrated, so no emulated kernel is ever timed."""
+    if kind == "float32":
+        return None                        # the float32 peak never waits on another precision's answer
+    if device == "cuda":
+        import torch
+        return hardware.reason(PRECISION_OF[kind], gpu=True, gpu_capability=torch.cuda.get_device_capability())
+    from support.measure import pytorch
+    return hardware.reason(PRECISION_OF[kind], gpu=False, own=pytorch.own_bf16, matmul=pytorch.matmul)
+
+
 def measure(cuda: bool = False, devices: dict | None = None, **options) -> dict:
     """{"peaks": {"cpu/float32": {...}, "cpu/bf16": {...}, ["cuda/float32", "cuda/tf32", ...]}, "errors": {...},
-    the harness overhead, the load}, timed now. Each peak is measured on its own: one that fails (a GPU the driver
-    cannot reach, a kind the device lacks) is named in `errors` with its one-line reason, and the others stay."""
+    "hardware": support.hardware.describe(), the harness overhead, the load, the seconds it took}, timed now.
+    Each peak is measured on its own: one that fails (a GPU the driver cannot reach) or that the device does not
+    compute at hardware speed is named in `errors` with its one-line reason, and the others stay."""
+    started = time.perf_counter()
     devices = devices or {"cpu": KINDS["cpu"], **({"cuda": KINDS["cuda"]} if cuda else {})}
     peaks, errors = {}, {}
     for device, kinds in devices.items():
         for kind in kinds:
             key = f"{device}/{kind}"
             try:
+                why = not_computed(device, kind)
+                if why:
+                    errors[key] = f"not calibrated: {why}"
+                    continue
                 peaks[key] = matmul_peak(device, kind=kind, **options)
             except Exception as err:      # noqa: BLE001  one peak's failure keeps the others
                 errors[key] = f"{type(err).__name__}: {' '.join(str(err).split())}"[:300]
-    return {"peaks": peaks, **({"errors": errors} if errors else {}), "harness_overhead_s": timing.overhead(),
-            "load": list(os.getloadavg()), "date": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    return {"peaks": peaks, **({"errors": errors} if errors else {}), "hardware": hardware.describe(),
+            "harness_overhead_s": timing.overhead(), "load": list(os.getloadavg()),
+            "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "seconds": round(time.perf_counter() - started, 1)}
 
 
 def main(argv=None) -> int:

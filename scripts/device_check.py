@@ -704,7 +704,7 @@ def child_torch(profile: str) -> dict:
             "capability": ".".join(map(str, torch.cuda.get_device_capability())) if cuda else None}
     measured = calibrate.measure(devices={"cpu": calibrate.KINDS["cpu"]}, **({"n": 1024} if small else {}))
     if cuda:
-        gpu = calibrate.measure(devices={"cuda": calibrate.KINDS["cuda"]}, **({"n": 2048, "calls": 5} if small else {}))
+        gpu = calibrate.measure(devices={"cuda": calibrate.KINDS["cuda"]}, **({"n": 2048, "budget_s": 0.3} if small else {}))
         measured["peaks"].update(gpu["peaks"])
         measured.setdefault("errors", {}).update(gpu.get("errors", {}))
         torch.cuda.empty_cache()
