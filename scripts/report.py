@@ -470,8 +470,9 @@ def calibration_section(rows: list[dict], runs: dict[str, dict]) -> list[str]:
     differ by more than DRIFT_LIMIT), the load averages, the harness overhead against the shortest step."""
     parts = ["## Machine calibration", "",
              "Each run measures this machine's peak GFLOP/s per precision (`scripts/calibrate.py`: a large matmul "
-             "in every BLAS at hand and a oneDNN 3x3 convolution, the fastest kept, warm-up and repeats, median; "
-             "float32 and bfloat16 on the CPU, float32 with TF32 off, TF32, bfloat16 and float16 on a GPU) before "
+             "in every BLAS at hand and a oneDNN 3x3 convolution, the fastest kept, warm-up, then 7 repeats of the "
+             "calls that fit each kernel's time budget, median; float32 and bfloat16 on the CPU, float32 with TF32 "
+             "off, TF32, bfloat16 and float16 on a GPU, each only where the device computes it) before "
              "and after the suite; a row's MFU divides by the peak before in the row's own precision. "
              "A peak that moved by more than 10% means the machine was not equally fast throughout.", ""]
     if not runs:
@@ -518,6 +519,8 @@ def calibration_section(rows: list[dict], runs: dict[str, dict]) -> list[str]:
         if before and not after:
             parts += ["No peak after the suite (the run was interrupted, or the calibration failed): "
                       "no drift check.", ""]
+        skipped = meta.get("calibration_errors") if isinstance(meta.get("calibration_errors"), dict) else {}
+        parts += [cell(f"No {key} peak: {why}") for key, why in skipped.items()] + ([""] if skipped else [])
         missing = sorted({peak_key(r) for r in run_rows if r["gflops"] is not None and r["mfu"] is None})
         if before and missing:
             parts += [f"No {', '.join(missing)} peak in this run (runs before 2026-11-27 measured float32 only): "

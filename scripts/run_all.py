@@ -43,7 +43,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from scripts import build_site, papermill_rank, report, suite  # noqa: E402
-from support import env, params, precision, records, tasks  # noqa: E402
+from support import env, hardware, params, precision, records, tasks  # noqa: E402
 from support.data import SOURCES as DATA_WORDS  # noqa: E402
 from support.timing import batch_sizes as timing_sizes  # noqa: E402
 from support.records import SCHEMA, RecordError, atomic_write_json, read  # noqa: E402
@@ -167,6 +167,11 @@ def parse_args(argv=None):
     p.add_argument("--jobs", type=int, default=1,
                    help="notebooks to run at once (default 1). Above 1 they share the machine, so their records "
                         "are marked not timed and no table shows their times: for smoke tests")
+    p.add_argument("--cpu-isa", choices=hardware.LEVELS, metavar="ISA",
+                   help=f"run as on a CPU of this ISA level ({', '.join(hardware.LEVELS)}): every framework capped "
+                        "(oneDNN's ONEDNN_/DNNL_MAX_CPU_ISA, ATen's ATEN_CPU_CAPABILITY, XLA's --xla_cpu_max_isa) and "
+                        "support.hardware told so (DLROSETTA_CPU_ISA), e.g. avx2 to see what an AVX2-only CPU's user "
+                        "sees; the results go to a folder of their own (<machine>-isa-<ISA>)")
     p.add_argument("--timeout", type=int, help="seconds one notebook may run (default: tiny 600, cpu 1800, full 21600)")
     p.add_argument("--results", type=Path, default=suite.ROOT / "results", help="results folder (default results/)")
     p.add_argument("--machine", default=None, help="name of this machine's results subfolder (default: derived from the hardware)")
@@ -201,6 +206,8 @@ def parse_args(argv=None):
     except ValueError as err:
         p.exit(2, f"run_all.py: --batch-size: {err}\n")
     args.timed = args.jobs == 1      # notebooks side by side share the machine: their times measure nothing
+    if args.cpu_isa:                 # before anything reads the machine: its name, the calibration, every kernel
+        os.environ.update(hardware.caps(args.cpu_isa))
     # What every record of this run is made from besides its notebook and pins (see inputs()), found once.
     args.hardware = env.machine_name()
     args.support = digest(*support_files())
@@ -490,7 +497,13 @@ def run_job(job: Job, args, out: Path, active: Active) -> dict | None:
             status = record["status"] if record["status"] in precision.STATUSES else status
         except (OSError, RecordError):
             pass
-    if status not in FINAL:
+    missing_kernel = hardware.kernel_failure(job.matrix.get("precision", precision.BASELINE), error) \
+        if status == "failed" else None
+    if missing_kernel:      # the framework's kernels for this CPU lack the precision: its words, never a failure
+        record = records.failed(job.task, job.framework, job.variant, job.profile, args.machine, "unsupported",
+                                missing_kernel, matrix=job.matrix)
+        record["precision"] = job.matrix["precision"]
+    elif status not in FINAL:
         record = records.failed(job.task, job.framework, job.variant, job.profile, args.machine, status, error,
                                 matrix=job.matrix)
     # The notebook names its own variant (a backend, a mode); the runner alone knows the matrix's part of it.
@@ -739,10 +752,15 @@ def start_run(jobs: list[Job], args, out: Path) -> dict:
             "argv": args.argv, "timed": args.timed, "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "calibration": {"before": before["peaks"]} if before else {},
             "load_before": before["load"] if before else list(os.getloadavg()),
-            "harness_overhead_s": before["harness_overhead_s"] if before else None, "gpu": gpu}
+            "harness_overhead_s": before["harness_overhead_s"] if before else None, "gpu": gpu,
+            "hardware": before.get("hardware") if before else hardware.describe(),
+            "calibration_errors": before.get("errors", {}) if before else {}}   # a peak not measured, and why
+    print(f"  {hardware.summary()}")
     if before:
         for key, peak in before["peaks"].items():
             print(f"  {key}: {peak['gflops']:.1f} GFLOP/s (median of {peak['repeats']}, {peak['library']})")
+        for key, why in before.get("errors", {}).items():
+            print(f"  {key}: {why}")
     atomic_write_json(run_metadata_path(out, args.run_id), meta)
     return meta
 

@@ -123,7 +123,9 @@ def test_the_machine_calibration_runs_and_measures_a_peak(monkeypatch):
     monkeypatch.delenv("DLROSETTA_CALIBRATION")
     measured = REAL_CALIBRATE(False)
     assert measured["peaks"]["cpu/float32"]["gflops"] > 0 and 0 < measured["harness_overhead_s"] < 1e-3
-    assert len(measured["load"]) == 3
+    assert len(measured["load"]) == 3 and measured["hardware"]["isa"]
+    # bf16 is calibrated exactly where this CPU computes it; elsewhere its reason stands in its place
+    assert ("cpu/bf16" in measured["peaks"]) != ("cpu/bf16" in measured.get("errors", {}))
 
 
 def test_a_recorded_calibration_that_cannot_be_read_is_one_line(monkeypatch, tmp_path, capsys):
@@ -147,7 +149,7 @@ def test_the_cpu_peak_is_the_fastest_kernel_at_hand_and_every_one_is_kept():
     """On an AMD CPU PyTorch's MKL multiplies float32 well below numpy's OpenBLAS, and oneDNN's
     convolutions outrun both; a peak from a slower kernel put a framework's MFU above 100%."""
     from scripts import calibrate
-    peak = calibrate.matmul_peak("cpu", repeats=7, warmup=1, n=64)
+    peak = calibrate.matmul_peak("cpu", repeats=7, n=64, budget_s=0.05)
     names = list(peak["libraries"])
     assert len(names) == 3 and {name.split()[0] for name in names} == {"torch", "numpy"}
     assert sum("oneDNN 3x3 convolution" in name for name in names) == 1
@@ -155,12 +157,14 @@ def test_the_cpu_peak_is_the_fastest_kernel_at_hand_and_every_one_is_kept():
     assert peak["n"] == 64 and len(peak["laps_s"]) == 7
 
 
-def test_each_precision_has_its_own_peak_and_a_failing_device_keeps_the_others():
+def test_each_precision_has_its_own_peak_and_a_failing_device_keeps_the_others(monkeypatch):
     """bfloat16 is timed in its own kernels (numpy has none); a GPU that cannot compute (here: none at all) is
-    named in `errors` with one line, and the CPU's peaks stay, so the CPU rows keep their MFU."""
+    named in `errors` with one line, and the CPU's peaks stay, so the CPU rows keep their MFU. (This CPU is taken
+    to compute bfloat16: tests/test_hardware.py has the calibration of one that does not.)"""
     from scripts import calibrate
+    monkeypatch.setattr(calibrate, "not_computed", lambda device, kind: None)
     measured = calibrate.measure(devices={"cpu": ("float32", "bf16"), "cuda": ("float32", "bf16")},
-                                 repeats=3, warmup=1, n=64)
+                                 repeats=3, n=64, budget_s=0.05)
     assert set(measured["peaks"]) == {"cpu/float32", "cpu/bf16"}
     bf16 = measured["peaks"]["cpu/bf16"]
     assert bf16["dtype"] == "bf16" and bf16["gflops"] > 0
@@ -610,3 +614,25 @@ def test_an_only_pattern_that_matches_no_planned_run_is_one_line(capsys):
         "run_all.py: --only cnn_cifar10__pytorch__bf16: no planned notebook run has a key that matches it (--list "
         "shows the keys); add the --task, --framework, --precision, --compilation, --devices or --batch-size that "
         "plan it\n")
+
+
+def test_a_precision_whose_kernels_this_cpu_lacks_is_recorded_unsupported_in_the_frameworks_words(tmp_path, capsys,
+                                                                                               monkeypatch):
+    """A framework that still fails inside its own kernels for the ISA (MXNet's oneDNN without a bfloat16
+    convolution below AVX-512) is recorded unsupported with its words, never as a failed run; the same error in
+    the fp32 baseline is a failure. The run's output names the CPU and the peak it did not calibrate."""
+    skipped = {**RECORDED, "errors": {"cpu/bf16": "not calibrated: this CPU has no bfloat16 arithmetic (AVX2; ...)"}}
+    monkeypatch.setattr(run_all, "calibrate", lambda gpu: skipped)
+    body = "raise RuntimeError('MXNetError: could not create a primitive descriptor iterator')"
+    write_notebook(tmp_path / "notebooks" / "gru_imdb" / "pytorch.ipynb", "gru_imdb", "pytorch", body,
+                   declared=DECLARED + "\nprecision = 'fp32'\ncompilation = 'auto'")
+    assert run_all.main(runner_args(tmp_path, "--precision", "fp32,bf16")) == 1     # the fp32 baseline failed
+    out = tmp_path / "results" / "box"
+    bf16, fp32 = record(out, "gru_imdb__pytorch__bf16"), record(out, "gru_imdb__pytorch")
+    assert fp32["status"] == "failed"
+    assert bf16["status"] == "unsupported" and bf16["precision"] == "bf16"
+    assert bf16["error"].startswith("the framework's kernels have no bf16 primitive on this CPU (")
+    assert "RuntimeError: MXNetError: could not create a primitive descriptor iterator" in bf16["error"]
+    printed = capsys.readouterr().out
+    assert "  cpu: " in printed and "  cpu/bf16: not calibrated: this CPU has no bfloat16 arithmetic" in printed
+    assert f"UNSUPPORTED: {bf16['error']}" in printed
