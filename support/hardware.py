@@ -234,12 +234,15 @@ def summary(cpu: Cpu | None = None) -> str:
 def caps(isa: str) -> dict:
     """The variables that make every framework, and this module, act as on a CPU of level `isa` (one of LEVELS):
     oneDNN's cap (PyTorch, TensorFlow; DNNL_ for MXNet 1.9.1), ATen's kernels (PyTorch), XLA's code generation
-    (JAX; appended to XLA_FLAGS), and DLROSETTA_CPU_ISA itself."""
+    (JAX; appended to XLA_FLAGS), below AVX-512 OpenBLAS's kernels (numpy's, which Chainer computes in, and
+    MXNet's), and DLROSETTA_CPU_ISA itself."""
     _cap_level(ISA_VARIABLE, isa)
     onednn = {"sse4_2": "SSE41", "avx": "AVX", "avx2": "AVX2", "avx512": "AVX512_CORE",
               "avx512_bf16": "AVX512_CORE_BF16", "amx": "AVX512_CORE_AMX"}[isa.lower()]
     aten = {"sse4_2": "default", "avx": "default", "avx2": "avx2"}.get(isa.lower(), "avx512")
     xla = {"sse4_2": "SSE4_2", "avx": "AVX", "avx2": "AVX2"}.get(isa.lower(), "AVX512")
     flags = " ".join(f for f in os.environ.get("XLA_FLAGS", "").split() if not f.startswith("--xla_cpu_max_isa="))
+    openblas = {"sse4_2": "Nehalem", "avx": "Sandybridge", "avx2": "Haswell"}.get(isa.lower())
     return {ISA_VARIABLE: isa.lower(), "ONEDNN_MAX_CPU_ISA": onednn, "DNNL_MAX_CPU_ISA": onednn,
-            "ATEN_CPU_CAPABILITY": aten, "XLA_FLAGS": f"{flags} --xla_cpu_max_isa={xla}".strip()}
+            "ATEN_CPU_CAPABILITY": aten, "XLA_FLAGS": f"{flags} --xla_cpu_max_isa={xla}".strip(),
+            **({"OPENBLAS_CORETYPE": openblas} if openblas else {})}

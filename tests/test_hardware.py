@@ -90,7 +90,9 @@ def test_caps_set_every_frameworks_variable_and_keep_the_users_xla_flags(monkeyp
     monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_experimental_ynn_fusion_type= --xla_cpu_max_isa=AVX512")
     assert hardware.caps("avx2") == {
         "DLROSETTA_CPU_ISA": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "DNNL_MAX_CPU_ISA": "AVX2",
-        "ATEN_CPU_CAPABILITY": "avx2", "XLA_FLAGS": "--xla_cpu_experimental_ynn_fusion_type= --xla_cpu_max_isa=AVX2"}
+        "ATEN_CPU_CAPABILITY": "avx2", "XLA_FLAGS": "--xla_cpu_experimental_ynn_fusion_type= --xla_cpu_max_isa=AVX2",
+        "OPENBLAS_CORETYPE": "Haswell"}
+    assert "OPENBLAS_CORETYPE" not in hardware.caps("avx512")          # an AVX-512 OpenBLAS keeps its own choice
     with pytest.raises(ValueError, match="DLROSETTA_CPU_ISA='zen9'"):
         hardware.caps("zen9")
 
