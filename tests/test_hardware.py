@@ -219,3 +219,16 @@ def test_each_kernels_count_comes_from_its_first_call_within_the_budget(monkeypa
     assert set(counts) == {"sleep 0.05", "sleep 0.001"} and peak["library"] == "sleep 0.001"
     assert calibrate.calls_per_repeat(0.05, 0.14, 7) == 1 and calibrate.calls_per_repeat(0.001, 0.14, 7) == 20
     assert 10 <= peak["calls_per_repeat"] <= 20 and len(peak["laps_s"]) == 7
+
+
+def test_jax_reads_a_gpus_compute_capability_for_the_rule(monkeypatch):
+    """JAX names a CUDA device's capability '8.6'; the rule takes (major, minor) (PyTorch and TensorFlow give
+    tuples, CuPy '86')."""
+    import types
+
+    from support.measure import jax as measure_jax
+    monkeypatch.setattr(measure_jax.jax, "devices", lambda *a: [types.SimpleNamespace(compute_capability="7.5")])
+    assert measure_jax.gpu_capability() == (7, 5)
+    assert "compute capability 7.5" in hardware.reason("bf16", gpu=True, gpu_capability=measure_jax.gpu_capability())
+    monkeypatch.setattr(measure_jax.jax, "devices", lambda *a: [types.SimpleNamespace()])      # a CPU device
+    assert measure_jax.gpu_capability() is None

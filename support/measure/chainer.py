@@ -50,12 +50,18 @@ def start(task: str, P, device, *, precision: str, compilation: str, record_path
     bench = Bench(task, "chainer", P, precision=precision, compilation=compilation, record_path=record_path,
                   environment=info, gpu=gpu, sync=device.device.synchronize if gpu else None, variant=variant,
                   devices=devices, device_memory=device_memory if gpu else None,
-                  refusal=framework_reason(precision, gpu))
+                  refusal=framework_reason(precision, gpu), gpu_capability=gpu_capability() if gpu else None)
     if bench.compiled:
         bench.stop(NO_COMPILER, status="not_applicable")
     if gpu:
         _peak_hook()            # from here on, every allocation from CuPy's pool counts (device_peak_bytes)
     return bench
+
+
+def gpu_capability() -> tuple[int, int]:
+    """The GPU's compute capability (major, minor) from CuPy's `Device().compute_capability` ('75', '90')."""
+    digits = chainer.backends.cuda.cupy.cuda.Device().compute_capability
+    return int(digits[:-1]), int(digits[-1])
 
 
 _PEAK = {}

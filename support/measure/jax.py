@@ -42,16 +42,21 @@ def start(task: str, P, *, precision: str, compilation: str, record_path, varian
     info = env.describe(jax)
     env.show(info)
     print(jax.devices())
-    capability = getattr(jax.devices()[0], "compute_capability", None) if gpu else None
     bench = Bench(task, "jax", P, precision=precision, compilation=compilation, record_path=record_path,
                   environment=info, gpu=gpu, sync=sync, variant=variant, devices=devices,
                   device_memory=device_memory if gpu else None, matmul=matmul,
-                  gpu_capability=tuple(int(v) for v in capability.split(".")) if capability else None)
+                  gpu_capability=gpu_capability() if gpu else None)
     if bench.compilation == "off":
         bench.stop(NOT_COMPILED, status="not_applicable")
     if precision == "fp16" and task not in INFERENCE_TASKS:
         bench.stop(NO_LOSS_SCALER)
     return bench
+
+
+def gpu_capability() -> tuple[int, int] | None:
+    """The first GPU's compute capability (major, minor): a CUDA device's `compute_capability` ('9.0')."""
+    capability = getattr(jax.devices()[0], "compute_capability", None)
+    return tuple(int(v) for v in capability.split(".")) if capability else None
 
 
 def matmul(dtype: str):

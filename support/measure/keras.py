@@ -26,6 +26,7 @@ import keras
 import numpy as np
 
 from support import env, hardware, params, timing
+from support.frameworks import KERAS_BACKENDS
 from support.measure import Bench
 
 BACKEND = keras.config.backend()
@@ -102,7 +103,8 @@ def start(task: str, P, *, precision: str, compilation: str, record_path, varian
     bench = Bench(task, "keras", P, precision=precision, compilation=compilation, record_path=record_path,
                   environment=described, gpu=on_gpu, sync=_sync(on_gpu), compilation_key=f"keras-{BACKEND}",
                   variant=BACKEND if variant is None else variant, devices=devices,
-                  device_memory=device_memory() if on_gpu else None, own_bf16=own_bf16, matmul=matmul)
+                  device_memory=device_memory() if on_gpu else None, own_bf16=own_bf16, matmul=matmul,
+                  gpu_capability=_backend_module().gpu_capability() if on_gpu else None)
     tf32 = precision == "tf32"
     if BACKEND == "torch":
         LIB.set_flush_denormal(True)
@@ -117,13 +119,16 @@ def start(task: str, P, *, precision: str, compilation: str, record_path, varian
     return bench
 
 
+def _backend_module():
+    """The backend framework's measurement module (support.measure.pytorch, .tensorflow or .jax), imported when
+    asked: what Keras leaves to its backend (bf16 on this CPU, the GPU's compute capability) is asked there."""
+    return importlib.import_module(f"support.measure.{KERAS_BACKENDS[BACKEND]}")
+
+
 def own_bf16() -> str | None:
     """The backend's own answer whether its CPU kernels compute bfloat16 (None: they do, or it has no answer):
     PyTorch's oneDNN check on torch (support.measure.pytorch.own_bf16)."""
-    if BACKEND != "torch":
-        return None
-    from support.measure import pytorch
-    return pytorch.own_bf16()
+    return _backend_module().own_bf16() if BACKEND == "torch" else None
 
 
 def matmul(dtype: str):

@@ -43,7 +43,12 @@ def start(task: str, P, device: torch.device, *, precision: str, compilation: st
     return Bench(task, "pytorch", P, precision=precision, compilation=compilation, record_path=record_path,
                  environment=info, gpu=gpu, sync=sync if waits else None, variant=variant, devices=devices,
                  device_memory=device_memory if gpu else None, own_bf16=own_bf16, matmul=matmul,
-                 gpu_capability=torch.cuda.get_device_capability() if gpu else None)
+                 gpu_capability=gpu_capability() if gpu else None)
+
+
+def gpu_capability() -> tuple[int, int]:
+    """The first GPU's compute capability (major, minor), as PyTorch reports it (support.hardware's GPU rule)."""
+    return tuple(torch.cuda.get_device_capability())
 
 
 def own_bf16() -> str | None:
