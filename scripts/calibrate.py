@@ -169,10 +169,9 @@ def not_computed(device: str, kind: str) -> str | None:
     probe on the CPU), or None: such a kind is not calibrated, so no emulated kernel is ever timed."""
     if kind == "float32":
         return None                        # the float32 peak never waits on another precision's answer
-    if device == "cuda":
-        import torch
-        return hardware.reason(PRECISION_OF[kind], gpu=True, gpu_capability=torch.cuda.get_device_capability())
     from support.measure import pytorch
+    if device == "cuda":
+        return hardware.reason(PRECISION_OF[kind], gpu=True, gpu_capability=pytorch.gpu_capability())
     return hardware.reason(PRECISION_OF[kind], gpu=False, own=pytorch.own_bf16, matmul=pytorch.matmul)
 
 

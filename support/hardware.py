@@ -19,15 +19,16 @@ TensorFlow's oneDNN, and `DNNL_MAX_CPU_ISA`, read by MXNet 1.9.1's) cap it too, 
 bfloat16 kernels are gone (TensorFlow's dispatch still sees the CPU's flags and crashes in them). `caps(isa)` is
 every variable that caps the frameworks at once (the runner's `--cpu-isa`).
 
-Standard library only: support.measure and scripts/calibrate.py ask it; the frameworks' probes are theirs.
+Standard library only at import (support.env reads /proc/cpuinfo): support.measure and scripts/calibrate.py ask it;
+the frameworks' probes are theirs.
 """
 from __future__ import annotations
 
 import os
 import platform
-import time
-from pathlib import Path
 from typing import Callable
+
+from support import env
 
 ISA_VARIABLE = "DLROSETTA_CPU_ISA"
 # x86-64 levels, oldest first: each a set of flags the level needs (avx512: the AVX-512 core oneDNN builds on).
@@ -56,16 +57,10 @@ ISA_ERRORS = ("could not create a primitive descriptor", "could not create a pri
 
 
 def _cpuinfo_flags() -> set[str]:
-    """The first processor's feature flags ('flags' on x86-64, 'Features' on aarch64); empty where unreadable."""
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return set()
-    for line in text.splitlines():
-        key, _, value = line.partition(":")
-        if key.strip() in ("flags", "Features"):
-            return set(value.split())
-    return set()
+    """The first processor's feature flags ('flags' on x86-64, 'Features' on aarch64; support.env reads
+    /proc/cpuinfo); empty where unreadable."""
+    fields = env._cpuinfo()
+    return set((fields.get("flags") or fields.get("Features") or "").split())
 
 
 def _x86() -> bool:
@@ -140,17 +135,12 @@ class Cpu:
 def probe_ratio(matmul: Callable[[str], Callable[[], object]], repeats: int = 3) -> float:
     """How many times slower a bfloat16 matmul runs than a float32 one: `matmul(dtype)` ('float32' or 'bfloat16')
     returns a call computing one PROBE_N x PROBE_N product and waiting for it; each is called once to warm up,
-    then `repeats` times, and the fastest calls compared."""
-    best = {}
-    for dtype in ("float32", "bfloat16"):
-        call = matmul(dtype)
-        call()
-        laps = []
-        for _ in range(repeats):
-            start = time.perf_counter()
-            call()
-            laps.append(time.perf_counter() - start)
-        best[dtype] = min(laps)
+    then `repeats` times (support.timing.benchmark, imported here: this module stays standard library at import),
+    and the fastest calls compared."""
+    from support import timing
+
+    best = {dtype: timing.benchmark(matmul(dtype), repeats=repeats, warmup=1)["min_s"]
+            for dtype in ("float32", "bfloat16")}
     return best["bfloat16"] / max(best["float32"], 1e-9)
 
 

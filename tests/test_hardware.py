@@ -4,6 +4,7 @@ precision the device does not compute is `unsupported` with one line, for every 
 Every case is stubbed both ways here, so it holds on any machine; the frameworks' own answers under oneDNN's caps
 run in their environments."""
 import json
+import os
 import subprocess
 import time
 
@@ -172,7 +173,7 @@ def own_answer(environment, module, caps):
     code = (f"import os, sys; sys.path.insert(0, {str(suite.ROOT)!r})\n"
             f"from support.measure import {module} as m\nprint(repr(m.own_bf16()))")
     done = subprocess.run([str(suite.venv_python(environment)), "-c", code], capture_output=True, text=True,
-                          timeout=120, env={**hardware.os.environ, **caps}, cwd=suite.ROOT)
+                          timeout=120, env={**os.environ, **caps}, cwd=suite.ROOT)
     assert done.returncode == 0, done.stderr[-2000:]
     return done.stdout.strip().splitlines()[-1]
 
