@@ -22,6 +22,9 @@ from mxnet import autograd, gluon
 from support import env, hardware
 from support.measure import Bench
 
+# What the Module API cannot run (variant "module"): it binds a symbolic graph, and AMP's loss scaler needs Gluon.
+MODULE_COMPILED = "the Module API binds a symbolic graph (mx.sym) into an executor: it always runs compiled"
+MODULE_FP16 = "AMP is currently only compatible with Gluon Trainer"      # amp.init_trainer's error for a Module
 BF16_GPU = ("MXNet 1.9.1's bfloat16 AMP is CPU-only: amp casts only CPU arrays to bfloat16 and its bfloat16 "
             "kernels are oneDNN's")
 
@@ -37,15 +40,22 @@ class _ModuleBench(Bench):
 def start(task: str, P, ctx: mx.Context, *, precision: str, compilation: str, record_path,
           variant: str = "", devices: int = 1) -> Bench:
     """The run's Bench: prints MXNet's versions and device (threads, oneDNN, CUDA), checks `precision` and
-    `compilation`, and ends the notebook (with its record) where this device or API cannot run them.
-    `devices`: the contexts one training step splits its batch over (their samples count in an epoch)."""
+    `compilation`, and ends the notebook (with its record) where this device or API cannot run them (the Module
+    API: uncompiled, not applicable; fp16, unsupported). `devices`: the contexts one training step splits its
+    batch over (their samples count in an epoch)."""
     gpu = ctx.device_type == "gpu"
     info = env.describe(mx)
     env.show(info)
-    return (_ModuleBench if variant == "module" else Bench)(
+    module = variant == "module"
+    bench = (_ModuleBench if module else Bench)(
         task, "mxnet", P, precision=precision, compilation=compilation, record_path=record_path,
         environment=info, gpu=gpu, sync=mx.nd.waitall, variant=variant, devices=devices,
         refusal=BF16_GPU if precision == "bf16" and gpu else None, own_bf16=own_bf16, matmul=convolution)
+    if module and not bench.compiled:
+        bench.stop(MODULE_COMPILED, status="not_applicable")
+    if module and precision == "fp16":
+        bench.stop(MODULE_FP16)
+    return bench
 
 
 def convolution(dtype: str, channels: int = 16):
