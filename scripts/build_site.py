@@ -38,28 +38,37 @@ from support.files import atomic_write  # noqa: E402
 TEMPLATES = Path(__file__).resolve().parent / "site_templates"
 INTRODUCTION = "Introduction"       # the row for the cells above a notebook's first `## ` heading
 CONCEPT_TAG = "concept:"
-# The concordance's rows, in order: tag suffix -> what a learner looks up.
+# The concordance's rows, in order: tag suffix -> what a learner looks up. Each concept lives in one place, the
+# same in every notebook of a task (docs/contributing.md has the map): its first tagged cell stands under the same
+# `## ` heading in each, and the concepts' first cells come in the same order (several tags on one cell are a tie).
 CONCEPTS = {
+    "this-machine": "This machine's settings",
+    "device": "Device and seed",
+    "hyperparameters": "Hyperparameters",
     "input-pipeline": "Input pipeline",
+    "mixed-precision": "Precision policy",
     "model": "Define the model",
     "initialise": "Initialise the weights",
-    "device": "Move to the device",
-    "loss": "Loss",
+    "build": "Build, place and summarise",
+    "data-parallel": "Data parallelism on several devices",
+    "loss": "Loss and optimizer",
+    "compile": "Compile",
     "gradient": "Gradients",
     "optimizer-step": "Optimizer step",
-    "training-loop": "Training loop",
-    "train-mode": "Training mode",
     "eval-mode": "Evaluation mode",
     "no-grad": "Inference without gradients",
     "metrics": "Metrics",
-    "mixed-precision": "Mixed precision",
-    "compile": "Compile",
-    "data-parallel": "Data parallelism on several devices",
+    "train-mode": "Training mode",
+    "training-loop": "Training loop with validation",
+    "evaluate": "Evaluate, overall and per class",
     "save": "Save",
     "load": "Load",
     "resume": "Resume training",
     "export": "Export",
 }
+# Concepts whose section is checked but not their order: data parallelism acts in several places (a strategy's
+# scope around the model in TensorFlow, a wrapper around the built model in PyTorch, the updater in Chainer).
+UNORDERED = {"data-parallel"}
 PYGMENTS_STYLE = "default"
 
 
@@ -126,13 +135,13 @@ def sections(path: Path, render: Renderer) -> dict[str, list[dict]]:
     nb = nbformat.read(path, as_version=4)
     found: dict[str, list[dict]] = {}
     current = INTRODUCTION
-    for cell in nb.cells:
+    for position, cell in enumerate(nb.cells):
         anchor, tagged = cell_anchor(path.stem, cell.get("id", "")), concepts(path, cell)
         if cell.cell_type == "code":
             if cell.source.strip():
                 tag = "parameters" if "parameters" in cell.metadata.get("tags", []) else ""
                 found.setdefault(current, []).append({"kind": "code", "html": render.code(cell.source), "tag": tag,
-                                                      "anchor": anchor, "concepts": tagged})
+                                                      "anchor": anchor, "concepts": tagged, "position": position})
             continue
         if cell.cell_type != "markdown":
             continue
@@ -143,7 +152,7 @@ def sections(path: Path, render: Renderer) -> dict[str, list[dict]]:
                 continue
             if "\n".join(text).strip():
                 found.setdefault(current, []).append({"kind": "markdown", "html": render.markdown("\n".join(text)),
-                                                      "anchor": anchor, "concepts": tagged})
+                                                      "anchor": anchor, "concepts": tagged, "position": position})
                 anchor, tagged = "", []
             text = []
             if line.strip() != "##":
@@ -170,9 +179,41 @@ def concordance(page: dict, notebooks: Path) -> dict:
                 raise ValueError(f"{suite.shown(notebooks / task / f'{f}.ipynb')} has no cell tagged "
                                  f"'{CONCEPT_TAG}{concept}' ({CONCEPTS[concept]}), which {others} tag; tag the cell "
                                  "that does it, or the markdown cell that says why this framework needs none")
+    check_places(task, {f: {c: (cells[f][c][0]["section"], cells[f][c][0]["position"]) for c in tagged}
+                        for f in frameworks}, notebooks)
     return {"task": task, "title": page["title"], "id": f"t-{task}",
             "rows": [{"concept": c, "title": CONCEPTS[c], "cells": {f: cells[f][c] for f in frameworks}}
                      for c in tagged]}
+
+
+def check_places(task: str, places: dict[str, dict[str, tuple[str, int]]], notebooks: Path) -> None:
+    """Each concept in the same place in every notebook of a task: `places` is framework -> concept -> (the `## `
+    heading over its first tagged cell, that cell's position in the notebook). A concept under another heading
+    than in the first notebook (PyTorch's, as for the headings), or two concepts in the opposite order to another
+    notebook's (ties, one cell with both tags, agree with either order), is a ValueError naming the notebook."""
+    frameworks = sorted(places, key=lambda f: f != "pytorch")
+    reference = frameworks[0]
+    shown = {f: suite.shown(notebooks / task / f"{f}.ipynb") for f in frameworks}
+    for f in frameworks[1:]:
+        for concept, (section, _) in places[f].items():
+            theirs = places[reference][concept][0]
+            if section != theirs:
+                raise ValueError(f"{shown[f]}: '{CONCEPT_TAG}{concept}' ({CONCEPTS[concept]}) first stands under "
+                                 f"'## {section}', where {reference}.ipynb has it under '## {theirs}'; every notebook "
+                                 "of a task keeps each concept in one place (docs/contributing.md: the concept map)")
+    ordered = [c for c in places[reference] if c not in UNORDERED]
+    for witness in frameworks:
+        at = places[witness]
+        for f in frameworks:
+            if f == witness:
+                continue
+            for a in ordered:
+                for b in ordered:
+                    if at[a][1] < at[b][1] and places[f][b][1] < places[f][a][1]:
+                        raise ValueError(
+                            f"{shown[f]}: '{CONCEPT_TAG}{b}' ({CONCEPTS[b]}) comes before '{CONCEPT_TAG}{a}' "
+                            f"({CONCEPTS[a]}), where {witness}.ipynb has it after; every notebook of a task keeps "
+                            "its concepts in one order (docs/contributing.md: the concept map)")
 
 
 def latest_profile(rows: list[dict]) -> str | None:
@@ -230,6 +271,19 @@ def index_matrix(tasks: list[str], pages: dict[str, dict], notebooks: Path = sui
         if any(cells):
             matrix.append({"framework": f, "label": label(f), "cells": cells})
     return matrix
+
+
+def check(notebooks: Path = suite.NOTEBOOKS) -> list[str]:
+    """The reader's checks of the notebooks alone (no results needed), one error line per task that fails them:
+    the same headings (suite.check_headings), known concept tags, every concept in every notebook of its task,
+    each in its place and order (check_places)."""
+    render, errors = Renderer(), []
+    for task in [t for t in suite.TASKS if any((notebooks / t).glob("*.ipynb"))]:
+        try:
+            concordance(task_page(task, notebooks, [], None, notebooks, notebooks, render), notebooks)
+        except ValueError as err:
+            errors.append(str(err))
+    return errors
 
 
 def build(machine_dir: Path, out_dir: Path | None = None, profile: str | None = None,

@@ -4,6 +4,7 @@
     python scripts/notebook_lines.py            # a markdown table, one row per notebook
     python scripts/notebook_lines.py --json     # the same as JSON
     python scripts/notebook_lines.py --notebooks OTHER/notebooks   # another tree (e.g. an older commit's)
+    python scripts/notebook_lines.py --leaks    # the benchmark reaching into a learner's path: prints each line, exit 1
 
 A line counts when it holds code: blank lines and lines that are only a comment do not. A notebook has two parts:
 the learner's path (everything before its `## Measurement` heading, or the whole notebook where it has none) and the
@@ -75,6 +76,47 @@ def code_lines(path: Path) -> dict[str, int | float]:
     return counts
 
 
+# What belongs to the measurement part or to the one "This machine" cell (tagged THIS_MACHINE), never to the rest of
+# the learner's path: the benchmark's stops and checks, records, and the machine-specific workarounds.
+LEAKS = re.compile(r"\bbench\.(stop|first_call|agree|unavailable|onnx|hyperparameters|parity|steady_state|sweep|"
+                   r"throughput|data_parallel|initialisation)\b|\bmeasure\.(write|stop_\w+|initial_weights|variant)\b|"
+                   r"\brecords\.|XLA_FLAGS|OMP_NUM_THREADS|MXNET_CPU_PARALLEL_SIZE|set_flush_denormal|type_check\b")
+THIS_MACHINE = "concept:this-machine"
+
+
+def _precision_in_functions(source: str) -> list[str]:
+    """The lines of `def` bodies that read the `precision` parameter (a precision branch inside a step or an
+    evaluation function; the choice belongs in a value made outside it)."""
+    import ast
+
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:       # IPython syntax (%magic): nothing to parse here
+        return []
+    lines = source.splitlines()
+    return [lines[node.lineno - 1].strip() for function in ast.walk(tree)
+            if isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+            for node in ast.walk(function) if isinstance(node, ast.Name) and node.id == "precision"]
+
+
+def leaks(path: Path) -> list[str]:
+    """`<notebook>: cell <n>: <line>` for each line of the learner's path (above `## Measurement`, outside the cell
+    tagged `concept:this-machine`) that the benchmark or a machine's workaround put there (LEAKS), and each line of
+    a function there that branches on `precision`."""
+    found, measuring = [], False
+    for n, cell in enumerate(json.loads(Path(path).read_text())["cells"]):
+        source = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+        if cell["cell_type"] == "markdown":
+            measuring = measuring or suite.MEASUREMENT in [line.rstrip() for line in source.splitlines()]
+            continue
+        if measuring or cell["cell_type"] != "code" or THIS_MACHINE in cell.get("metadata", {}).get("tags", []):
+            continue
+        hits = [line.strip() for line in source.splitlines() if LEAKS.search(line.split("#", 1)[0])]
+        hits += [f"{line}  (precision inside a function)" for line in _precision_in_functions(source)]
+        found += [f"{suite.shown(Path(path))}: cell {n}: {line}" for line in hits]
+    return found
+
+
 def table(notebooks: Path = suite.NOTEBOOKS) -> dict[str, dict]:
     return {f"{path.parent.name}/{path.stem}": code_lines(path) for path in sorted(notebooks.glob("*/*.ipynb"))}
 
@@ -83,7 +125,13 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print JSON instead of a markdown table")
     parser.add_argument("--notebooks", type=Path, default=suite.NOTEBOOKS, help="the notebooks folder to count")
+    parser.add_argument("--leaks", action="store_true", help="list the learner's-path lines that belong to the "
+                        "measurement part or the 'This machine' cell; exit 1 if there are any")
     args = parser.parse_args(argv)
+    if args.leaks:
+        found = [line for path in sorted(args.notebooks.glob("*/*.ipynb")) for line in leaks(path)]
+        print("\n".join(found) or "no benchmark or workaround line in any learner's path")
+        raise SystemExit(1 if found else 0)
     counts = table(args.notebooks)
     if args.json:
         print(json.dumps(counts, indent=1))

@@ -201,6 +201,7 @@ def parse_args(argv=None):
     args.compilations = split_names(args.compilation or [tasks.VARIANT_PARAMETERS["compilation"]],
                                     precision.COMPILATIONS, "compilation", p)
     args.device_counts = parse_devices(args.devices, p)
+    args.gpu = bool(env.gpu_names())     # which compilation is a framework's default can depend on it (Keras on TF)
     try:
         timing_sizes(args.batch_sizes)
     except ValueError as err:
@@ -257,7 +258,7 @@ def matrices(args, task: str, framework: str, run: dict) -> list[dict]:
     own run, so that no sweep's large batches reach the memory or the times of another row), in the task's
     sweep modes only. A compilation equal to the framework's
     default is dropped (that run is the baseline), so no run repeats another under a second name."""
-    default = precision.default(suite.compilation_key(framework, run), task)
+    default = precision.default(suite.compilation_key(framework, run, gpu=args.gpu), task)
     sweep_modes = tasks.get(task).sweep_modes
     sweeps = bool(args.batch_sizes) and (not sweep_modes or run.get("mode") in sweep_modes)
     counts = args.device_counts if tasks.get(task).parallel else [tasks.DEVICES_DEFAULT]

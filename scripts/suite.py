@@ -244,9 +244,13 @@ def matrix_label(matrix: dict) -> str:
     return "-".join(parts + (["sweep"] if matrix.get("batch_sizes") else []))
 
 
-def compilation_key(framework: str, parameters: dict) -> str:
-    """The support.precision.DEFAULT_COMPILATION entry of one run: Keras's default is its backend's."""
-    return f"keras-{parameters['backend']}" if framework == "keras" else framework
+def compilation_key(framework: str, parameters: dict, gpu: bool = False) -> str:
+    """The support.precision.DEFAULT_COMPILATION entry of one run: Keras's default is its backend's, and on
+    TensorFlow it differs where a GPU is visible (support.frameworks.KERAS_COMPILATION)."""
+    if framework != "keras":
+        return framework
+    key = f"keras-{parameters['backend']}"
+    return f"{key}-gpu" if gpu and f"{key}-gpu" in frameworks.default_compilation() else key
 
 
 # A training notebook's two parts: the learner's path, which reads as the framework's own tutorial, then one

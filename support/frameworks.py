@@ -53,9 +53,11 @@ FRAMEWORKS = {f.name: f for f in (
 NAMES = tuple(FRAMEWORKS)
 
 # Keras runs on a backend (its notebooks' `backend` parameter): backend -> the framework whose GPU probe decides,
-# and what `compilation="auto"` means on it (jit_compile="auto": XLA only on JAX).
+# and what `compilation="auto"` means on it: Keras's own `jit_compile="auto"` (Keras 3.15.1,
+# `Trainer._resolve_auto_jit_compile`): off on torch; on TensorFlow off where TensorFlow sees no device but CPUs (and
+# under a tf.distribute strategy), XLA otherwise; XLA on JAX. `<backend>-gpu` is the value where a GPU is visible.
 KERAS_BACKENDS = {"tensorflow": "tensorflow", "jax": "jax", "torch": "pytorch"}
-KERAS_COMPILATION = {"tensorflow": "off", "jax": "on", "torch": "off"}
+KERAS_COMPILATION = {"tensorflow": "off", "tensorflow-gpu": "on", "jax": "on", "torch": "off"}
 # A task where a framework's default differs from its own: PyTorch's ResNet-50 inference is compiled with Inductor's
 # freezing (it roughly halves the eager time; compiling the training steps gained nothing on a CPU).
 TASK_COMPILATION = {("pytorch", "resnet50_features"): "on"}

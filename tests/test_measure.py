@@ -146,3 +146,38 @@ def test_the_sweeps_decisions_on_two_ranks_are_rank_0s_over_a_two_backend_group(
     assert proc.returncode == 0, proc.stderr[-2000:]
     ranks = [json.loads((tmp_path / f"rank.{r}").read_text()) for r in (0, 1)]
     assert ranks[0] == ranks[1] == {"agreed": [10.0, None], "sizes": [1, 2, 4]}
+
+
+def test_the_notebooks_hyperparameters_must_be_the_profiles_and_are_recorded(tmp_path):
+    b = bench("cnn_cifar10", CNN, tmp_path)
+    assert b.hyperparameters(learning_rate=0.01, momentum=0.9, batch_size=CNN.batch_size, epochs=CNN.epochs) == {
+        "learning_rate": 0.01, "momentum": 0.9, "batch_size": CNN.batch_size, "epochs": CNN.epochs}
+    with pytest.raises(ValueError) as err:
+        b.hyperparameters(learning_rate=0.1)
+    assert str(err.value) == ("hyperparameter learning_rate=0.1 in the notebook, but the 'tiny' profile of cnn_cifar10 "
+                              "says lr=0.01: change the notebook's value or the profile (support/params.py)")
+    with pytest.raises(ValueError, match=r"^hyperparameter 'dropout': the cnn_cifar10 profile has no 'dropout'; it has "):
+        b.hyperparameters(dropout=0.5)
+
+
+def test_the_onnx_check_compares_records_a_variants_failure_and_raises_an_undocumented_float32_one(tmp_path,
+                                                                                                    monkeypatch):
+    from support import files
+    monkeypatch.setattr(files, "scratch", lambda task, framework: tmp_path)
+    written = []
+    expected = np.ones((2, 10), np.float32)
+    b = bench("cnn_cifar10", CNN, tmp_path)
+    assert b.onnx(written.append, lambda path, x: x + 1e-7, expected - 1e-7, expected)["onnx"]["max_rel_error"] < 1e-5
+    assert written == [tmp_path / "model.onnx"]
+
+    def refuses(path, x):
+        raise RuntimeError("[ONNXRuntimeError] : 9 : NOT_IMPLEMENTED : Could not find an implementation for Conv(11)\nmore")
+
+    with pytest.raises(RuntimeError, match="NOT_IMPLEMENTED"):      # float32, nobody said why: a defect
+        b.onnx(written.append, refuses, expected, expected)
+    assert b.onnx(written.append, refuses, expected, expected, documented="the exporter's pooling") == {
+        "unavailable": "the exporter's pooling: RuntimeError: [ONNXRuntimeError] : 9 : NOT_IMPLEMENTED : "
+                       "Could not find an implementation for Conv(11)"}
+    b.precision = "bf16"                                           # a variant's graph ONNX Runtime cannot run
+    assert b.onnx(written.append, refuses, expected, expected)["unavailable"].startswith("RuntimeError: [ONNXRuntime")
+    assert b.fields["onnx"]["unavailable"].endswith("Conv(11)")

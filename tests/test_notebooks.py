@@ -113,3 +113,34 @@ def test_links_to_the_projects_notes_reach_their_headings(path):
             headings = {github_anchor(line.lstrip("#")) for line in document.read_text().splitlines()
                         if line.startswith("#")}
             assert anchor in headings, f"{path.relative_to(suite.ROOT)} links {target}#{anchor}: no such heading"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: f"{p.parent.name}/{p.stem}")
+def test_a_learners_path_holds_no_benchmark_call_workaround_or_precision_branch_in_a_function(path):
+    """Issue 38: the benchmark's stops, checks and records under `## Measurement`; the machine's workarounds in the one
+    cell tagged `concept:this-machine`; no step or evaluation function branching on `precision`
+    (`python scripts/notebook_lines.py --leaks` lists them all)."""
+    from scripts import notebook_lines
+
+    assert notebook_lines.leaks(path) == []
+
+
+def test_the_leak_check_finds_each_kind_and_spares_the_this_machine_cell_and_the_measurement(tmp_path):
+    from scripts import notebook_lines
+
+    nb = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_markdown_cell("## Imports and versions"),
+        nbformat.v4.new_code_cell('os.environ["XLA_FLAGS"] = "--xla_cpu_experimental_ynn_fusion_type="',
+                                  metadata={"tags": ["concept:this-machine"]}),
+        nbformat.v4.new_code_cell('os.environ.setdefault("OMP_NUM_THREADS", "2")\nx = 1  # XLA_FLAGS in a comment'),
+        nbformat.v4.new_markdown_cell("## Train"),
+        nbformat.v4.new_code_cell('def step(x):\n    if precision == "fp16":\n        x = x.half()\n    return x\n'
+                                  'amp = precision == "bf16"'),
+        nbformat.v4.new_code_cell('try:\n    amp.init()\nexcept TypeError:\n    bench.stop("no AMP")'),
+        nbformat.v4.new_markdown_cell("## Measurement"),
+        nbformat.v4.new_code_cell('bench.stop("fine here")\nmeasure.write(bench)')])
+    nbformat.write(nb, tmp_path / "a.ipynb")
+    assert notebook_lines.leaks(tmp_path / "a.ipynb") == [
+        f"{tmp_path / 'a.ipynb'}: cell 2: " + 'os.environ.setdefault("OMP_NUM_THREADS", "2")',
+        f"{tmp_path / 'a.ipynb'}: cell 4: " + 'if precision == "fp16":  (precision inside a function)',
+        f"{tmp_path / 'a.ipynb'}: cell 5: " + 'bench.stop("no AMP")']

@@ -315,6 +315,12 @@ def test_one_registry_defines_each_framework_and_the_suite_reads_it():
         else:
             assert suite.GPU_PROBES[name] == f.gpu_probe and precision.default(name) == f.compilation
     assert suite.PROCESS_PER_DEVICE == {"pytorch"} and precision.default("pytorch", "resnet50_features") == "on"
+    # Keras's jit_compile="auto" (Trainer._resolve_auto_jit_compile): XLA on TensorFlow only where a GPU is visible
+    keras_default = {(b, gpu): precision.default(suite.compilation_key("keras", {"backend": b}, gpu=gpu))
+                     for b in frameworks.KERAS_BACKENDS for gpu in (False, True)}
+    assert keras_default == {("tensorflow", False): "off", ("tensorflow", True): "on", ("jax", False): "on",
+                             ("jax", True): "on", ("torch", False): "off", ("torch", True): "off"}
+    assert suite.compilation_key("pytorch", {}, gpu=True) == "pytorch"
     with pytest.raises(ValueError, match="unknown framework 'theano'; choose from: pytorch, tensorflow"):
         frameworks.get("theano")
 

@@ -186,13 +186,13 @@ def test_a_task_without_results_still_shows_its_notebooks(tmp_path):
 # The concordance's rows: every concept a task's notebooks must tag, each written as its framework's tutorial would
 # (issue 29): the input pipeline, the initialisation, the loop, the metrics, resuming. DenseNet-121 adds data
 # parallelism; ResNet-50 extracts features: nothing is trained, saved or restored.
-TUTORIAL_CONCEPTS = ["input-pipeline", "model", "initialise", "device", "loss", "gradient", "optimizer-step",
-                     "training-loop", "train-mode", "eval-mode", "no-grad", "metrics", "mixed-precision", "compile",
-                     "save", "load", "resume", "export"]
+TUTORIAL_CONCEPTS = ["this-machine", "device", "hyperparameters", "input-pipeline", "mixed-precision", "model",
+                     "initialise", "build", "loss", "compile", "gradient", "optimizer-step", "eval-mode", "no-grad",
+                     "metrics", "train-mode", "training-loop", "evaluate", "save", "load", "resume", "export"]
 CONCEPTS = {"cnn_cifar10": TUTORIAL_CONCEPTS, "gru_imdb": TUTORIAL_CONCEPTS,
-            "densenet_chestxray": [*TUTORIAL_CONCEPTS[:14], "data-parallel", *TUTORIAL_CONCEPTS[14:]],
-            "resnet50_features": ["model", "initialise", "device", "eval-mode", "no-grad", "mixed-precision", "compile",
-                                  "export"]}
+            "densenet_chestxray": [*TUTORIAL_CONCEPTS[:8], "data-parallel", *TUTORIAL_CONCEPTS[8:]],
+            "resnet50_features": ["this-machine", "device", "mixed-precision", "model", "initialise", "build",
+                                  "compile", "eval-mode", "no-grad", "export"]}
 
 
 def test_the_concordance_has_every_concept_of_every_task_in_every_framework(site, page, screenshots):
@@ -278,4 +278,58 @@ def test_an_unknown_concept_tag_stops_the_build_with_its_name(tmp_path, capsys):
     path = edited_notebooks(tmp_path, "cnn_cifar10", "jax", mistag)
     err = build_fails(tmp_path, capsys)
     assert err.startswith(f"build_site.py: {path}: cell ") and "has the tag 'concept:losses', which is no concept" in err
-    assert "concept:loss, concept:gradient" in err and err.count("\n") == 1
+    assert "concept:loss, concept:compile, concept:gradient" in err and err.count("\n") == 1
+
+
+def test_every_notebook_keeps_each_concept_in_the_same_section_and_order_as_the_others_of_its_task():
+    """Issue 38: docs/contributing.md's concept map, as the reader's build checks it (no results or browser needed)."""
+    assert build_site.check() == []
+
+
+def test_a_concept_under_another_heading_stops_the_build_with_the_notebook_and_the_place(tmp_path, capsys):
+    def move_compile_to_model(nb):      # JAX compiles its step under Train; the tag moves to a Model cell
+        for cell in nb.cells:
+            cell.metadata["tags"] = [t for t in cell.metadata.get("tags", []) if t != "concept:compile"]
+        model = next(c for c in nb.cells if "concept:model" in c.metadata.get("tags", []))
+        model.metadata["tags"].append("concept:compile")
+
+    path = edited_notebooks(tmp_path, "cnn_cifar10", "jax", move_compile_to_model)
+    err = build_fails(tmp_path, capsys)
+    assert err == (f"build_site.py: {path}: 'concept:compile' (Compile) first stands under '## Model', where "
+                   "pytorch.ipynb has it under '## Train'; every notebook of a task keeps each concept in one place "
+                   "(docs/contributing.md: the concept map)\n")
+
+
+def test_two_concepts_in_the_opposite_order_stop_the_build_with_the_notebook(tmp_path, capsys):
+    def swap_save_and_load(nb):         # the same section, the other order
+        for cell in nb.cells:
+            tags = cell.metadata.get("tags", [])
+            cell.metadata["tags"] = ["concept:load" if t == "concept:save" else "concept:save" if t == "concept:load"
+                                     else t for t in tags]
+
+    path = edited_notebooks(tmp_path, "gru_imdb", "tensorflow", swap_save_and_load)
+    err = build_fails(tmp_path, capsys)
+    assert err == (f"build_site.py: {path}: 'concept:load' (Load) comes before 'concept:save' (Save), where "
+                   "pytorch.ipynb has it after; every notebook of a task keeps its concepts in one order "
+                   "(docs/contributing.md: the concept map)\n")
+
+
+def test_the_cnn_page_shows_each_concept_in_the_same_row_for_every_framework(site, page, screenshots):
+    """Issue 38: read down the CNN's page with every framework beside PyTorch, each concept's first cell sits in the
+    same step (row) in every column."""
+    page.goto((site / "cnn_cifar10.html").as_uri() + "#" + ",".join(suite.stems("cnn_cifar10")))
+    found = page.eval_on_selector_all("[data-concepts]", """cells => cells.map(c => [
+        c.closest('.col').dataset.framework, c.closest('section.step').dataset.section, c.dataset.concepts])""")
+    first: dict[str, dict[str, str]] = {}
+    for framework, section, concepts in found:
+        for concept in concepts.split():
+            first.setdefault(concept, {}).setdefault(framework, section)
+    assert set(first) == set(CONCEPTS["cnn_cifar10"])
+    for concept, sections in first.items():
+        assert set(sections) == set(suite.stems("cnn_cifar10")), concept
+        assert len(set(sections.values())) == 1, (concept, sections)
+    page.click('.steps a[href="#s-train"]')
+    path = screenshots / "cnn_cifar10-every-framework-train.png"
+    page.screenshot(path=path)
+    assert path.stat().st_size > 50_000
+    print(f"\nscreenshot: {path} (the CNN's Train step, every framework side by side)")

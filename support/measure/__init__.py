@@ -19,6 +19,7 @@ reads its weights for the initialisation check (support.init) and reports its de
 """
 from __future__ import annotations
 
+import dataclasses
 from contextlib import contextmanager
 
 from support import files, hardware, init as initial, precision as prec, records, timing
@@ -131,6 +132,42 @@ class Bench:
         self.fields[check] = {"unavailable": str(reason)}
         print(f"{check}: unavailable: {reason}")
         return self.fields[check]
+
+    def onnx(self, export, run, x, expected, *, documented: str | None = None) -> dict:
+        """The export check: `export(path)` writes the model's ONNX graph and `run(path, x)` returns ONNX Runtime's
+        outputs on `x` (both the learner's functions, from the notebook's export section), compared with the
+        framework's `expected` outputs as `onnx`. Where the exporter or ONNX Runtime fails, the failure is the
+        record's, in its own words (`unavailable`), under a mixed or reduced precision (the graph holds types ONNX
+        Runtime's CPU kernels lack) or where the notebook `documented` why this run cannot export; a float32
+        failure nobody documented is raised, as a defect."""
+        path = self.folder() / "model.onnx"
+        try:
+            export(path)
+            outputs = run(path, x)
+        except Exception as error:      # the exporter's and ONNX Runtime's errors have no common base class
+            if self.precision == "fp32" and documented is None:
+                raise
+            words = f"{type(error).__name__}: {error}".strip().splitlines()[0][:400]
+            return self.unavailable("onnx", f"{documented}: {words}" if documented else words)
+        return self.agree("onnx", outputs, expected)
+
+    def hyperparameters(self, **values) -> dict:
+        """Check that the hyperparameters the notebook's learner's path names (`learning_rate=...`, `batch_size=...`)
+        are the profile's (`P.lr`, `P.batch_size`, ...): a value that differs is a ValueError of one line naming
+        it, the notebook's value and the profile's. Recorded as the `hyperparameters` field."""
+        names = {"learning_rate": "lr"}
+        for name, value in values.items():
+            field = names.get(name, name)
+            if not hasattr(self.P, field):
+                raise ValueError(f"hyperparameter {name!r}: the {self.task} profile has no {field!r}; "
+                                 f"it has {', '.join(f.name for f in dataclasses.fields(self.P))}")
+            if getattr(self.P, field) != value:
+                raise ValueError(f"hyperparameter {name}={value!r} in the notebook, but the {self.P.profile!r} "
+                                 f"profile of {self.task} says {field}={getattr(self.P, field)!r}: "
+                                 "change the notebook's value or the profile (support/params.py)")
+        self.fields["hyperparameters"] = dict(values)
+        print("hyperparameters: " + ", ".join(f"{k}={v}" for k, v in values.items()) + f" (the {self.P.profile!r} profile's)")
+        return self.fields["hyperparameters"]
 
     def parity(self, outputs, weights, x) -> dict:
         """This model's outputs on the shared weights against the numpy reference (support.parity)."""
