@@ -1,5 +1,7 @@
 """support.measure's numpy-only core, Bench: what a notebook's measurement part records, without a framework."""
 import json
+import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -163,12 +165,19 @@ def test_the_notebooks_hyperparameters_must_be_the_profiles_and_are_recorded(tmp
 def test_the_onnx_check_compares_records_a_variants_failure_and_raises_an_undocumented_float32_one(tmp_path,
                                                                                                     monkeypatch):
     from support import files
-    monkeypatch.setattr(files, "scratch", lambda task, framework: tmp_path)
+    def scratch(task, framework):      # as support.files.scratch: an empty folder each call
+        shutil.rmtree(tmp_path / "scratch", ignore_errors=True)
+        return Path(tmp_path / "scratch").mkdir() or tmp_path / "scratch"
+
+    monkeypatch.setattr(files, "scratch", scratch)
     written = []
     expected = np.ones((2, 10), np.float32)
     b = bench("cnn_cifar10", CNN, tmp_path)
     assert b.onnx(written.append, lambda path, x: x + 1e-7, expected - 1e-7, expected)["onnx"]["max_rel_error"] < 1e-5
-    assert written == [tmp_path / "model.onnx"]
+    assert written == [tmp_path / "scratch" / "model.onnx"]
+    (tmp_path / "scratch" / "checkpoint.pt").write_text("saved")       # what the notebook saved before the check
+    b.onnx(written.append, lambda path, x: x, expected, expected)
+    assert (tmp_path / "scratch" / "checkpoint.pt").read_text() == "saved" and b.folder() == tmp_path / "scratch"
 
     def refuses(path, x):
         raise RuntimeError("[ONNXRuntimeError] : 9 : NOT_IMPLEMENTED : Could not find an implementation for Conv(11)\nmore")

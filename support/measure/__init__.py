@@ -69,8 +69,11 @@ class Bench:
 
     def folder(self):
         """The scratch folder for this run's saved model and exported graph: the project's cache, never home, one
-        folder per process (support.files.scratch), so two variants running at once keep apart."""
-        return files.scratch(self.task, self.framework)
+        folder per process (support.files.scratch), so two variants running at once keep apart. Made empty on the
+        first call; later calls (the export check's) return it with what the notebook saved there."""
+        if getattr(self, "_folder", None) is None:
+            self._folder = files.scratch(self.task, self.framework)
+        return self._folder
 
     # --- the learner's path: one line in the training loop ---------------------------------------------------
     @contextmanager
