@@ -25,9 +25,19 @@ def start(task: str, P, *, gpu: bool, precision: str, compilation: str, record_p
     return: no wait). `devices`: the data-parallel devices one epoch's steps train on (their samples count)."""
     info = env.describe(tf)
     env.show(info)
-    return Bench(task, "tensorflow", P, precision=precision, compilation=compilation, record_path=record_path,
-                 environment=info, gpu=gpu, sync=tf.test.experimental.sync_devices if gpu else None,
-                 variant=variant, devices=devices, matmul=matmul, gpu_capability=gpu_capability() if gpu else None)
+    bench = Bench(task, "tensorflow", P, precision=precision, compilation=compilation, record_path=record_path,
+                  environment=info, gpu=gpu, sync=tf.test.experimental.sync_devices if gpu else None,
+                  variant=variant, devices=devices, matmul=matmul, gpu_capability=gpu_capability() if gpu else None)
+    if task == "gru_imdb" and gpu and bench.compiled:
+        bench.stop(GRU_XLA_GPU)
+    return bench
+
+
+# Keras's GRU runs cuDNN's fused kernel wherever TensorFlow sees a GPU (keras/src/backend/tensorflow/rnn.py, `gru` and
+# `cudnn_ok`), and TensorFlow registers no XLA kernel for it: a `jit_compile=True` function holding it fails to compile
+# (the op alone under XLA on the CPU: "No registered 'CudnnRNNV3' OpKernel for XLA_CPU_JIT devices"; not yet run on a GPU).
+GRU_XLA_GPU = ("XLA cannot compile Keras's GRU on a GPU: the layer runs cuDNN's fused kernel there (CudnnRNNV3), for "
+               "which TensorFlow registers no XLA kernel")
 
 
 def gpu_capability() -> tuple[int, int] | None:
