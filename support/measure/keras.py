@@ -1,6 +1,7 @@
 """Keras 3's measurement plumbing (support.measure), on each of its backends (tensorflow, jax, torch).
 
     os.environ["KERAS_BACKEND"] = backend           # first: importing this module imports keras
+    # the notebook's "This machine" cell: on torch, torch.set_flush_denormal(True), as in the PyTorch notebooks
     from support.measure import keras as measure
     P = params.load("cnn_cifar10", profile, gpu=measure.gpu())
     bench = measure.start("cnn_cifar10", P, precision=precision, compilation=compilation, record_path=record_path)
@@ -8,7 +9,8 @@
     model.fit(..., callbacks=[measure.EpochTimer(bench)])     # one lap of the epoch timer per epoch
     measure.steady_state(bench, model, xb, yb)                # the training step as fit() runs it
 
-ResNet-50 only runs inference: `bench.first_call` and `bench.throughput` (the core's) time `predict_on_batch`.
+ResNet-50 only runs inference: `first_call` (the inference step built anew) and `bench.throughput` (the core's)
+time `predict_on_batch`.
 DenseNet-121 trains data-parallel on several devices: `cpu_devices` makes CPU devices before the backend starts,
 `gpu_count` counts the backend's GPUs, `data_parallel_check` compares a step on the devices with one on one device.
 
@@ -28,6 +30,7 @@ import numpy as np
 from support import env, hardware, params, timing
 from support.frameworks import KERAS_BACKENDS
 from support.measure import Bench
+from support.precision import DEFAULT_COMPILATION
 
 BACKEND = keras.config.backend()
 LIB = importlib.import_module(BACKEND)      # the library under Keras: tensorflow, jax or torch
@@ -65,17 +68,17 @@ def gpu_count() -> int:
     return LIB.cuda.device_count() if BACKEND == "torch" else len(keras.distribution.list_devices("gpu"))
 
 
-def stop_without_data_parallel(bench: Bench):
-    """End a run on several devices on the torch backend, where Keras 3 has no data parallelism
+def _without_data_parallel() -> str:
+    """Why a run on several devices cannot run on the torch backend, where Keras 3 has no data parallelism
     (`keras.distribution` is implemented for JAX and TensorFlow: on torch `DataParallel()` fails looking up
-    the devices, and given them, `fit()` ignores it), with Keras's own error in the record."""
+    the devices, and given them, `fit()` ignores it), with Keras's own error: `start` refuses the run with it."""
     try:
         keras.distribution.DataParallel()
         error = "DataParallel() was accepted, and Keras's torch trainer ignores it"
     except AttributeError as raised:
         error = f"keras.distribution.DataParallel() raises AttributeError: {raised}"
-    bench.stop(f"Keras {keras.__version__} has no data parallelism on the {BACKEND} backend "
-               f"(keras.distribution has no {BACKEND} implementation: {error})")
+    return (f"Keras {keras.__version__} has no data parallelism on the {BACKEND} backend "
+            f"(keras.distribution has no {BACKEND} implementation: {error})")
 
 
 def _sync(on_gpu: bool):
@@ -92,22 +95,27 @@ def _sync(on_gpu: bool):
 def start(task: str, P, *, precision: str, compilation: str, record_path, variant: str | None = None,
           devices: int = 1) -> Bench:
     """The run's Bench: prints Keras's and its backend's versions and device, checks `precision` and
-    `compilation` (`auto`: Keras's own `jit_compile` default on this backend, support.precision), and ends the
-    notebook with its record where this device cannot run them. Then the backend switches Keras leaves to
-    its backend: TF32 off for `fp32` and on for `tf32` (each backend has it on by default for some GPU
-    operations), and on torch denormal floats flushed to zero as in the PyTorch notebooks (TensorFlow and XLA
-    flush them by default); on JAX, jax2onnx's log quietened. The record's variant is the backend."""
+    `compilation` and ends the notebook with its record where this device cannot run them, or where Keras cannot:
+    several devices on the torch backend (Keras 3 has no data parallelism there). `auto` is Keras's own
+    `jit_compile="auto"` (Keras 3.15.1, `Trainer._resolve_auto_jit_compile`): off on torch, XLA on JAX, and on
+    TensorFlow XLA where a GPU is visible (`keras-tensorflow-gpu` in support.precision.DEFAULT_COMPILATION), off
+    on a CPU-only machine and under a tf.distribute strategy (several devices), as Keras itself.
+    Then the switch Keras leaves to its backend: TF32 off for `fp32` and on for `tf32`
+    (each backend has it on by default for some GPU operations); on JAX, jax2onnx's log quietened. The record's
+    variant is the backend."""
     described = info()
     env.show(described)
     on_gpu = described["device"] != "cpu"
+    gpu_key = f"keras-{BACKEND}-gpu"     # Keras's auto: XLA on TensorFlow with a GPU, except under a strategy
+    key = gpu_key if on_gpu and devices == 1 and gpu_key in DEFAULT_COMPILATION else f"keras-{BACKEND}"
     bench = Bench(task, "keras", P, precision=precision, compilation=compilation, record_path=record_path,
-                  environment=described, gpu=on_gpu, sync=_sync(on_gpu), compilation_key=f"keras-{BACKEND}",
+                  environment=described, gpu=on_gpu, sync=_sync(on_gpu), compilation_key=key,
                   variant=BACKEND if variant is None else variant, devices=devices,
                   device_memory=device_memory() if on_gpu else None, own_bf16=own_bf16, matmul=matmul,
-                  gpu_capability=_backend_module().gpu_capability() if on_gpu else None)
+                  gpu_capability=_backend_module().gpu_capability() if on_gpu else None,
+                  refusal=_without_data_parallel() if devices > 1 and BACKEND == "torch" else None)
     tf32 = precision == "tf32"
     if BACKEND == "torch":
-        LIB.set_flush_denormal(True)
         LIB.backends.cuda.matmul.allow_tf32 = LIB.backends.cudnn.allow_tf32 = tf32
     elif on_gpu and BACKEND == "tensorflow":
         LIB.config.experimental.enable_tensor_float_32_execution(tf32)
@@ -239,6 +247,18 @@ def steady_state(bench: Bench, model: keras.Model, x: np.ndarray, y: np.ndarray,
     print(timing.describe(result))
     bench.fields["steps"] = result
     return result
+
+
+def first_call(bench: Bench, model: keras.Model, x):
+    """`bench.first_call` on `model.predict_on_batch(x)` with the inference step built anew, as the learner's first
+    call built it (ResNet-50's `### Throughput`; the extraction above already paid that call): Keras makes a new
+    predict function (`make_predict_function(force=True)`: a new `tf.function` or `jax.jit`, traced and compiled on
+    its first call), and on torch dynamo first forgets what it compiled (`torch._dynamo.reset()`), since it keys its
+    cache on the code object, which a new `torch.compile` of the same function shares. Returns the features."""
+    model.make_predict_function(force=True)
+    if BACKEND == "torch":
+        LIB._dynamo.reset()
+    return bench.first_call(lambda: model.predict_on_batch(x))
 
 
 def initial_weights(bench: Bench, model: keras.Model) -> dict:
