@@ -25,6 +25,10 @@ from support.measure import Bench
 # What the Module API cannot run (variant "module"): it binds a symbolic graph, and AMP's loss scaler needs Gluon.
 MODULE_COMPILED = "the Module API binds a symbolic graph (mx.sym) into an executor: it always runs compiled"
 MODULE_FP16 = "AMP is currently only compatible with Gluon Trainer"      # amp.init_trainer's error for a Module
+# MXNet 1.9.1's AMP and a hybridized GRU (gru_imdb, compiled): tracing the GRU for its graph calls symbol.zeros for the
+# initial state, which AMP's operator wrapper breaks; the words are MXNet's error on the notebook's first call.
+GRU_AMP = ("MXNet 1.9.1's AMP cannot trace a GRU inside a hybridized block: its initial state (symbol.zeros) fails "
+           "in AMP's operator wrapper with TypeError: 'NoneType' object is not iterable")
 BF16_GPU = ("MXNet 1.9.1's bfloat16 AMP is CPU-only: amp casts only CPU arrays to bfloat16 and its bfloat16 "
             "kernels are oneDNN's")
 
@@ -41,7 +45,7 @@ def start(task: str, P, ctx: mx.Context, *, precision: str, compilation: str, re
           variant: str = "", devices: int = 1) -> Bench:
     """The run's Bench: prints MXNet's versions and device (threads, oneDNN, CUDA), checks `precision` and
     `compilation`, and ends the notebook (with its record) where this device or API cannot run them (the Module
-    API: uncompiled, not applicable; fp16, unsupported). `devices`: the contexts one training step splits its
+    API: uncompiled, not applicable; fp16, unsupported; the GRU: AMP with hybridize, unsupported). `devices`: the contexts one training step splits its
     batch over (their samples count in an epoch)."""
     gpu = ctx.device_type == "gpu"
     info = env.describe(mx)
@@ -55,7 +59,30 @@ def start(task: str, P, ctx: mx.Context, *, precision: str, compilation: str, re
         bench.stop(MODULE_COMPILED, status="not_applicable")
     if module and precision == "fp16":
         bench.stop(MODULE_FP16)
+    if task == "gru_imdb" and precision in ("bf16", "fp16") and bench.compiled:
+        bench.stop(GRU_AMP)
     return bench
+
+
+def epoch_callbacks(bench: Bench, steps: int, epochs: int):
+    """`Module.fit`'s epochs as laps of the run's epoch timer (`bench.epochs`, as `bench.epoch` times a loop's),
+    through fit's callbacks: `(batch_end, epoch_end)`. fit has no hook where an epoch begins, so the first lap opens
+    here (call this just before `fit`), the last batch's `batch_end` closes each lap (`steps` batches an epoch) and
+    `epoch_end`, placed after the callbacks that log and score the epoch, opens the next one, which so includes fit's
+    `train_data.reset()` (the reshuffle, as a DataLoader's shuffle falls in its epoch). Each end waits for the engine."""
+    bench.steps_per_epoch = steps
+    samples = steps * bench.P.batch_size * bench.devices
+    bench.epochs.start()
+
+    def batch_end(param):
+        if param.nbatch + 1 == steps:
+            bench.epochs.stop(samples)
+
+    def epoch_end(epoch, symbol, arg_params, aux_params):
+        if epoch + 1 < epochs:
+            bench.epochs.start()
+
+    return batch_end, epoch_end
 
 
 def convolution(dtype: str, channels: int = 16):
