@@ -3,6 +3,7 @@
     from support.measure import chainer as measure
     bench = measure.start("cnn_cifar10", P, device, precision=precision, compilation=compilation,
                           record_path=record_path)
+    measure.time_epochs(trainer, bench)     # one lap of the epoch timer per epoch of a training.Trainer
 
 CuPy and NVIDIA's libraries read their TF32 switches (CUPY_TF32, NVIDIA_TF32_OVERRIDE) when Chainer imports CuPy,
 so a notebook sets them before it imports Chainer or this module.
@@ -17,8 +18,11 @@ import numpy as np
 from support import env
 from support.measure import Bench
 
-# Chainer is define-by-run: each function runs as Python calls it, and nothing compiles a graph.
-NO_COMPILER = "Chainer is define-by-run and has no graph compiler: each function runs as Python calls it"
+# Chainer is define-by-run: each function runs as Python calls it. Its one graph optimisation, the experimental
+# `chainer.static_graph` decorator, replays a traced schedule of the same functions (no fusion, no compiler).
+NO_COMPILER = ("Chainer is define-by-run: each function runs as Python calls it; its experimental "
+               "chainer.static_graph replays a traced schedule of the same functions (no fusion) and is not "
+               "this project's compiled variant")
 
 
 def framework_reason(precision: str, gpu: bool) -> str | None:
@@ -56,6 +60,33 @@ def start(task: str, P, device, *, precision: str, compilation: str, record_path
     if gpu:
         _peak_hook()            # from here on, every allocation from CuPy's pool counts (device_peak_bytes)
     return bench
+
+
+def time_epochs(trainer: chainer.training.Trainer, bench: Bench) -> None:
+    """Time each epoch of `trainer` as one lap of `bench.epochs` (Keras's EpochTimer for a Chainer Trainer).
+
+    A Trainer calls its extensions after each update, highest priority first, so the timer is two extensions: the
+    lap closes when an epoch's last update is done, before the Evaluator (PRIORITY_WRITER) validates, and the next
+    one opens at the lowest priority, after the validation and the log of that iteration, unless training stops
+    there. A lap holds the epoch's updates and the per-update extensions (LogReport's sums), not the validation.
+    Both ends wait for the device. Each update takes the task's batch size on every device of the run."""
+    laps = {"iteration": 0}
+
+    def open_lap(trainer):
+        length, unit = trainer.stop_trigger.get_training_length()
+        done = trainer.updater.epoch_detail if unit == "epoch" else trainer.updater.iteration
+        if done < length:
+            laps["iteration"] = trainer.updater.iteration
+            bench.epochs.start()
+
+    @chainer.training.make_extension(trigger=(1, "epoch"), priority=chainer.training.PRIORITY_WRITER + 1,
+                                     initializer=open_lap)
+    def close_lap(trainer):
+        bench.steps_per_epoch = trainer.updater.iteration - laps["iteration"]
+        bench.epochs.stop(samples=bench.steps_per_epoch * bench.P.batch_size * bench.devices)
+
+    trainer.extend(close_lap, name="epoch_timer")
+    trainer.extend(open_lap, name="epoch_timer_reopen", trigger=(1, "epoch"), priority=-1)
 
 
 def gpu_capability() -> tuple[int, int]:
