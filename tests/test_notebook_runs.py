@@ -271,6 +271,36 @@ def test_each_training_run_fits_the_batch_its_steady_state_trains_on(request, ke
     assert learned, f"{JOBS[key].title}: {why}"
 
 
+# Issue 38: every notebook of a task prints the same epoch line and the same evaluation, in the same words.
+EPOCH_LINE = r"epoch (\d+)/(\d+): \d+\.\d\d s, train loss (\d+\.\d{3}|nan), "
+LOG_LINES = {
+    "cnn_cifar10": (EPOCH_LINE + r"test accuracy \d\.\d{4}$",
+                    r"^test accuracy \d\.\d{4} on synthetic data \(chance 0\.10\); per class: \[[\d. ]+\]$"),
+    "gru_imdb": (EPOCH_LINE + r"test accuracy \d\.\d{4}$",
+                 r"^test accuracy \d\.\d{4} on synthetic data \(chance 0\.50\); negative \d\.\d{3}, positive \d\.\d{3}$"),
+    "densenet_chestxray": (EPOCH_LINE + r"mean AUC (\d\.\d{4}|nan)$",
+                           r"^mean AUC (\d\.\d{4}|nan) on synthetic data \(chance 0\.50\)$"),
+}
+
+
+@pytest.mark.parametrize("key", tier_params(lambda key: ran(key) and JOBS[key].task in LOG_LINES))
+def test_each_training_notebook_prints_its_tasks_epoch_line_and_evaluation_and_checks_its_hyperparameters(request, key):
+    import nbformat
+
+    record, folder = record_of(request, key)
+    nb = nbformat.read(folder / record["executed_notebook"], as_version=4)
+    printed = [line.rstrip() for cell in nb.cells if cell.cell_type == "code" for out in cell.get("outputs", [])
+               if out.get("name") == "stdout" for line in out.get("text", "").splitlines()]
+    epoch, evaluation = LOG_LINES[record["task"]]
+    epochs = [re.search(epoch, line) for line in printed]
+    assert [(int(m[1]), int(m[2])) for m in epochs if m] == [(e, record["params"]["epochs"])
+                                                            for e in range(1, record["params"]["epochs"] + 1)], printed
+    assert any(re.search(evaluation, line) for line in printed), printed
+    named = {"learning_rate": record["params"]["lr"], "batch_size": record["params"]["batch_size"],
+             "epochs": record["params"]["epochs"]}
+    assert {k: record["hyperparameters"].get(k) for k in named} == named
+
+
 @pytest.mark.parametrize("key", tier_params(lambda key: ran(key) and JOBS[key].task in init.SCHEMES))
 def test_each_model_starts_from_the_tasks_initial_distributions(request, key):
     """Equal work starts from equal initial weights: every array of a freshly built model has the standard deviation
