@@ -201,7 +201,7 @@ def parse_args(argv=None):
     args.compilations = split_names(args.compilation or [tasks.VARIANT_PARAMETERS["compilation"]],
                                     precision.COMPILATIONS, "compilation", p)
     args.device_counts = parse_devices(args.devices, p)
-    args.gpu = bool(env.gpu_names())     # which compilation is a framework's default can depend on it (Keras on TF)
+    args.gpu = bool(env.gpu_names())     # nvidia-smi lists a GPU: the calibration and some defaults depend on it
     try:
         timing_sizes(args.batch_sizes)
     except ValueError as err:
@@ -258,7 +258,9 @@ def matrices(args, task: str, framework: str, run: dict) -> list[dict]:
     own run, so that no sweep's large batches reach the memory or the times of another row), in the task's
     sweep modes only. A compilation equal to the framework's
     default is dropped (that run is the baseline), so no run repeats another under a second name."""
-    default = precision.default(suite.compilation_key(framework, run, gpu=args.gpu), task)
+    # Whether the notebook's framework computes on a GPU decides some defaults (Keras on TensorFlow): a GPU listed
+    # and this line's environment built for it (its CUDA lock set), as its probe will find before the run.
+    gpu = args.gpu and gpu_lock_set(suite.gpu_probe_key(framework, run)) is not None
     sweep_modes = tasks.get(task).sweep_modes
     sweeps = bool(args.batch_sizes) and (not sweep_modes or run.get("mode") in sweep_modes)
     counts = args.device_counts if tasks.get(task).parallel else [tasks.DEVICES_DEFAULT]
@@ -266,6 +268,7 @@ def matrices(args, task: str, framework: str, run: dict) -> list[dict]:
     for chosen in args.precisions:
         for compilation in args.compilations:
             for devices in counts:
+                default = precision.default(suite.compilation_key(framework, run, gpu, devices), task)
                 matrix = {"precision": chosen, "compilation": compilation}
                 matrix = {k: v for k, v in matrix.items() if v != tasks.VARIANT_PARAMETERS[k] and
                           not (k == "compilation" and v == default)}
@@ -746,7 +749,7 @@ def run_metadata_path(out: Path, run_id: str) -> Path:
 
 def start_run(jobs: list[Job], args, out: Path) -> dict:
     """Measure the machine before the suite and write results/<machine>/runs/<run>.json."""
-    gpu = bool(env.gpu_names())
+    gpu = args.gpu
     print("measuring this machine's peak matmul FLOP/s per precision (scripts/calibrate.py)")
     before = calibrate(gpu)
     meta = {"run": args.run_id, "profiles": sorted({job.profile for job in jobs if job.profile}),

@@ -244,13 +244,12 @@ def matrix_label(matrix: dict) -> str:
     return "-".join(parts + (["sweep"] if matrix.get("batch_sizes") else []))
 
 
-def compilation_key(framework: str, parameters: dict, gpu: bool = False) -> str:
+def compilation_key(framework: str, parameters: dict, gpu: bool = False, devices: int = 1) -> str:
     """The support.precision.DEFAULT_COMPILATION entry of one run: Keras's default is its backend's, and on
-    TensorFlow it differs where a GPU is visible (support.frameworks.KERAS_COMPILATION)."""
+    TensorFlow it differs on one GPU (support.frameworks.keras_compilation_key)."""
     if framework != "keras":
         return framework
-    key = f"keras-{parameters['backend']}"
-    return f"{key}-gpu" if gpu and f"{key}-gpu" in frameworks.default_compilation() else key
+    return frameworks.keras_compilation_key(parameters["backend"], gpu, devices)
 
 
 # A training notebook's two parts: the learner's path, which reads as the framework's own tutorial, then one

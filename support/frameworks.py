@@ -69,6 +69,14 @@ def get(name: str) -> Framework:
     return FRAMEWORKS[name]
 
 
+def keras_compilation_key(backend: str, gpu: bool = False, devices: int = 1) -> str:
+    """The DEFAULT_COMPILATION entry of a Keras run on `backend`: `keras-<backend>-gpu` where Keras's own "auto"
+    differs on a GPU (TensorFlow: XLA) and the run is on one GPU (Keras leaves XLA off under a strategy), else
+    `keras-<backend>`. The one rule for the runner (scripts/suite.py) and the notebooks (support.measure.keras)."""
+    gpu_key = f"{backend}-gpu"
+    return f"keras-{gpu_key}" if gpu and devices == 1 and gpu_key in KERAS_COMPILATION else f"keras-{backend}"
+
+
 def default_compilation() -> dict:
     """support.precision.DEFAULT_COMPILATION: framework (Keras: keras-<backend>) or framework/task -> 'on'/'off'."""
     table = {name: f.compilation for name, f in FRAMEWORKS.items() if f.compilation}

@@ -642,3 +642,22 @@ def test_a_precision_whose_kernels_this_cpu_lacks_is_recorded_unsupported_in_the
     printed = capsys.readouterr().out
     assert "  cpu: " in printed and "  cpu/bf16: not calibrated: this CPU has no bfloat16 arithmetic" in printed
     assert f"UNSUPPORTED: {bf16['error']}" in printed
+
+
+@pytest.mark.parametrize("sets, compiled_one, compiled_two", [
+    ({"modern": "modern", "legacy": "legacy"}, "on", "on"),           # TensorFlow's CPU build: auto is tf.function
+    ({"modern": "modern-cuda", "tensorflow": "tensorflow-cuda", "legacy": "legacy-cuda"}, "off", "on"),
+])
+def test_keras_on_tensorflow_has_its_gpu_default_only_on_one_gpu_it_computes_on(monkeypatch, sets, compiled_one,
+                                                                               compiled_two):
+    """Keras's jit_compile="auto" is XLA on TensorFlow where it computes on a GPU, off under a strategy (several
+    devices): the variant that differs from that default is the one the runner plans, as the notebook resolves it."""
+    from support import env
+    monkeypatch.setattr(env, "gpu_names", lambda: ["NVIDIA H100 80GB HBM3"])
+    monkeypatch.setattr(suite, "chosen_lock_sets", lambda: sets)
+    args = run_all.parse_args(["--task", "densenet_chestxray", "--framework", "keras", "--compilation", "auto,on,off",
+                               "--devices", "1,2"])
+    planned = [job.matrix for job in run_all.plan(args)
+               if job.parameters["backend"] == "tensorflow" and job.parameters["mode"] == "ram"]
+    assert sorted(planned, key=repr) == sorted([{}, {"devices": 2}, {"compilation": compiled_one},
+                                                {"compilation": compiled_two, "devices": 2}], key=repr)

@@ -28,9 +28,8 @@ import keras
 import numpy as np
 
 from support import env, hardware, params, timing
-from support.frameworks import KERAS_BACKENDS
+from support.frameworks import KERAS_BACKENDS, keras_compilation_key
 from support.measure import Bench
-from support.precision import DEFAULT_COMPILATION
 
 BACKEND = keras.config.backend()
 LIB = importlib.import_module(BACKEND)      # the library under Keras: tensorflow, jax or torch
@@ -98,7 +97,7 @@ def start(task: str, P, *, precision: str, compilation: str, record_path, varian
     `compilation` and ends the notebook with its record where this device cannot run them, or where Keras cannot:
     several devices on the torch backend (Keras 3 has no data parallelism there). `auto` is Keras's own
     `jit_compile="auto"` (Keras 3.15.1, `Trainer._resolve_auto_jit_compile`): off on torch, XLA on JAX, and on
-    TensorFlow XLA where a GPU is visible (`keras-tensorflow-gpu` in support.precision.DEFAULT_COMPILATION), off
+    TensorFlow XLA where a GPU is visible (support.frameworks.keras_compilation_key), off
     on a CPU-only machine and under a tf.distribute strategy (several devices), as Keras itself.
     Then the switch Keras leaves to its backend: TF32 off for `fp32` and on for `tf32`
     (each backend has it on by default for some GPU operations); on JAX, jax2onnx's log quietened. The record's
@@ -106,10 +105,8 @@ def start(task: str, P, *, precision: str, compilation: str, record_path, varian
     described = info()
     env.show(described)
     on_gpu = described["device"] != "cpu"
-    gpu_key = f"keras-{BACKEND}-gpu"     # Keras's auto: XLA on TensorFlow with a GPU, except under a strategy
-    key = gpu_key if on_gpu and devices == 1 and gpu_key in DEFAULT_COMPILATION else f"keras-{BACKEND}"
     bench = Bench(task, "keras", P, precision=precision, compilation=compilation, record_path=record_path,
-                  environment=described, gpu=on_gpu, sync=_sync(on_gpu), compilation_key=key,
+                  environment=described, gpu=on_gpu, sync=_sync(on_gpu), compilation_key=keras_compilation_key(BACKEND, on_gpu, devices),
                   variant=BACKEND if variant is None else variant, devices=devices,
                   device_memory=device_memory() if on_gpu else None, own_bf16=own_bf16, matmul=matmul,
                   gpu_capability=_backend_module().gpu_capability() if on_gpu else None,
