@@ -48,6 +48,7 @@ class Bench:
         self.epochs = timing.Stopwatch("epoch", warmup=getattr(P, "warmup_epochs", 1), sync=sync)
         self.steps_per_epoch = None
         self.fields: dict = {}      # what the measurement part adds to the record (steps, sweep, checks)
+        self._folder = None         # the run's scratch folder, made by folder()
         cpu = hardware.Cpu()
         self.environment["hardware"] = hardware.describe(cpu)     # the CPU's ISA level, its cap, bf16 by its flags
         print(f"hardware: {hardware.summary(cpu)}" if not gpu else f"hardware: a GPU; host {hardware.summary(cpu)}")
@@ -71,7 +72,7 @@ class Bench:
         """The scratch folder for this run's saved model and exported graph: the project's cache, never home, one
         folder per process (support.files.scratch), so two variants running at once keep apart. Made empty on the
         first call; later calls (the export check's) return it with what the notebook saved there."""
-        if getattr(self, "_folder", None) is None:
+        if self._folder is None:
             self._folder = files.scratch(self.task, self.framework)
         return self._folder
 
