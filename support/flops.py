@@ -9,7 +9,7 @@ backward pass, which computes each layer's weight gradient (as many FLOPs as its
 input gradient (as many again), except for a layer fed by the data, whose input needs no
 gradient. tests/test_flops.py checks every count against PyTorch's FlopCounterMode.
 
-    flops.per_sample("cnn_cifar10", P)   # {'forward': 2.47e8, 'train': 7.3e8}
+    flops.per_sample("cnn_cifar10", settings)   # {'forward': 2.47e8, 'train': 7.3e8}
 """
 from __future__ import annotations
 

@@ -91,7 +91,7 @@ def glorot_std(fan_in: int, fan_out: int) -> float:
     return math.sqrt(2.0 / (fan_in + fan_out))
 
 
-def _role(task: str, name: str, entry: dict, P) -> tuple[str, float]:
+def _role(task: str, name: str, entry: dict, settings) -> tuple[str, float]:
     """(role, the standard deviation the task's scheme gives it) for one array's statistics: a bias by its
     name or its one dimension (Keras's GRU keeps its two bias vectors as one (2, 3h) array)."""
     shape = entry["shape"]
@@ -106,16 +106,16 @@ def _role(task: str, name: str, entry: dict, P) -> tuple[str, float]:
     if task == "cnn_cifar10":
         return ("convolution" if len(shape) == 4 else "dense"), glorot_std(entry["fan_in"], entry["fan_out"])
     if task == "gru_imdb":
-        dims, h = set(shape), P.hidden_dim
-        if P.vocab_size in dims:
+        dims, h = set(shape), settings.hidden_dim
+        if settings.vocab_size in dims:
             return "embedding", 0.05 / math.sqrt(3.0)
         if dims <= {h, 3 * h}:
             # orthogonal over the stacked (3h, h) matrix: its h columns are orthonormal, so the mean square of
             # its 3h*h entries is h / (3h*h); a gate's (h, h) block alone keeps that spread
             return "recurrent", 1.0 / math.sqrt(3 * h)
-        if P.embedding_dim in dims:
+        if settings.embedding_dim in dims:
             # Glorot over the stacked (embedding, 3h) matrix; a gate's (h, embedding) block has the same spread
-            return "input", glorot_std(P.embedding_dim, 3 * h)
+            return "input", glorot_std(settings.embedding_dim, 3 * h)
         return "dense", glorot_std(entry["fan_in"], entry["fan_out"])
     raise ValueError(f"no initialisation scheme for task {task!r}; support/init.py has: {', '.join(SCHEMES)}")
 
@@ -125,11 +125,11 @@ def tolerance(shape) -> float:
     return max(TOLERANCE_FLOOR, 5.0 / math.sqrt(2.0 * max(math.prod(shape), 1)))
 
 
-def check(task: str, found: dict, P) -> list[str]:
+def check(task: str, found: dict, settings) -> list[str]:
     """One line per array whose initial values do not follow the task's scheme (empty: all do)."""
     problems = []
     for name, entry in found.items():
-        role, std = _role(task, name, entry, P)
+        role, std = _role(task, name, entry, settings)
         if role == "one":
             if entry["std"] != 0.0 or entry["mean"] != 1.0:
                 problems.append(f"{name} {tuple(entry['shape'])}: a batch norm's scale (or running variance) starts "
@@ -141,7 +141,7 @@ def check(task: str, found: dict, P) -> list[str]:
                                 f"std {entry['std']:.3g}")
             continue
         gram = entry.get("orthonormality")
-        if role == "recurrent" and set(entry["shape"]) == {P.hidden_dim, 3 * P.hidden_dim} and (
+        if role == "recurrent" and set(entry["shape"]) == {settings.hidden_dim, 3 * settings.hidden_dim} and (
                 gram is None or gram > ORTHONORMAL_TOLERANCE):
             # the stacked matrix must be orthogonal: U(+-1/sqrt(h)), PyTorch's default, has the same spread
             problems.append(f"{name} {tuple(entry['shape'])} (recurrent): not orthogonal (its Gram matrix is "

@@ -20,7 +20,7 @@ prints the choice. Sizes of None mean "the whole dataset".
 
 An override for a short run of a profile: the environment variable `DLROSETTA_PARAMS`, e.g.
 `DLROSETTA_PARAMS="epochs=2,n_train=8192"`, replaces those numbers in whatever profile `load` returns, so
-the loaded P (and each record's `params`) shows them, and `load` prints them marked. scripts/device_check.py
+the loaded `settings` (and each record's `params`) show them, and `load` prints them marked. scripts/device_check.py
 uses it to fit the `full` profile into a GPU machine's few minutes; the runner never sets it. A name the
 task's parameters lack, or a value of the wrong kind, is a ValueError of one line naming it and the choices.
 """

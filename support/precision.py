@@ -20,7 +20,7 @@ It imports support.frameworks only (standard library): records imports it, never
     precision.check(precision, compilation)             # a bad value: one line naming it and the choices
     reason = hardware.reason(precision, gpu=gpu)         # support/hardware.py: what this device computes
     if reason:
-        records.stop(record_path, reason, task=..., framework=..., params=P, environment=info,
+        records.stop(record_path, reason, task=..., framework=..., params=settings, environment=info,
                        precision=precision, compilation=compilation)
 """
 from __future__ import annotations

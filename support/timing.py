@@ -14,7 +14,7 @@ asynchronously pass their synchronisation (`torch.cuda.synchronize`, `mx.nd.wait
 `block_until_ready`) as `sync`, called before the clock is read at both ends of every lap.
 
     epochs = timing.Stopwatch(warmup=1, sync=torch.cuda.synchronize)
-    for epoch in range(P.epochs):
+    for epoch in range(settings.epochs):
         with epochs.lap(samples=n_train):
             train_one_epoch()
     epochs.summary()   # {'unit': 'epoch', 'median_s': ..., 'iqr_s': ..., 'samples_per_s': ...}

@@ -34,11 +34,11 @@ class CNN(nn.Module):        # the notebooks' VGG-style CNN
 
 
 class GRU(nn.Module):        # the notebooks' GRU classifier
-    def __init__(self, P):
+    def __init__(self, settings):
         super().__init__()
-        self.embedding = nn.Embedding(P.vocab_size, P.embedding_dim)
-        self.gru = nn.GRU(P.embedding_dim, P.hidden_dim, batch_first=True)
-        self.fc = nn.Linear(P.hidden_dim, P.n_classes)
+        self.embedding = nn.Embedding(settings.vocab_size, settings.embedding_dim)
+        self.gru = nn.GRU(settings.embedding_dim, settings.hidden_dim, batch_first=True)
+        self.fc = nn.Linear(settings.hidden_dim, settings.n_classes)
 
     def forward(self, x):
         return self.fc(self.gru(self.embedding(x))[1][-1])
@@ -52,8 +52,8 @@ def check(ours: dict, make_model, make_x, train: bool = True):
 
 @pytest.mark.parametrize("profile", ["cpu", "full"])
 def test_cnn_and_gru_match_pytorchs_counter(profile):
-    P = params.load("cnn_cifar10", profile)
-    check(flops.per_sample("cnn_cifar10", P), lambda: CNN(P.n_classes), lambda: torch.randn(1, 3, 32, 32))
+    settings = params.load("cnn_cifar10", profile)
+    check(flops.per_sample("cnn_cifar10", settings), lambda: CNN(settings.n_classes), lambda: torch.randn(1, 3, 32, 32))
     G = params.load("gru_imdb", profile)
     check(flops.per_sample("gru_imdb", G), lambda: GRU(G), lambda: torch.randint(0, G.vocab_size, (1, G.max_len)))
 
@@ -61,9 +61,10 @@ def test_cnn_and_gru_match_pytorchs_counter(profile):
 @pytest.mark.parametrize("profile", ["tiny", "cpu"])      # 64 and 224 pixels
 def test_densenet121_and_resnet50_match_pytorchs_counter(profile):
     torchvision = pytest.importorskip("torchvision")
-    P = params.load("densenet_chestxray", profile)
-    check(flops.per_sample("densenet_chestxray", P), lambda: torchvision.models.densenet121(num_classes=P.n_labels),
-          lambda: torch.randn(1, 3, P.image_size, P.image_size))
+    settings = params.load("densenet_chestxray", profile)
+    check(flops.per_sample("densenet_chestxray", settings),
+          lambda: torchvision.models.densenet121(num_classes=settings.n_labels),
+          lambda: torch.randn(1, 3, settings.image_size, settings.image_size))
     R = params.load("resnet50_features", profile)
 
     def resnet():

@@ -13,8 +13,8 @@ RESNET = params.load("resnet50_features", "tiny")
 CNN = params.load("cnn_cifar10", "tiny")
 
 
-def bench(task, P, tmp_path, **kwargs):
-    return Bench(task, "pytorch", P, precision="fp32", compilation=kwargs.pop("compilation", "off"),
+def bench(task, settings, tmp_path, **kwargs):
+    return Bench(task, "pytorch", settings, precision="fp32", compilation=kwargs.pop("compilation", "off"),
                  record_path=tmp_path / "record.json", environment={"machine": "m"}, gpu=False, **kwargs)
 
 
@@ -62,8 +62,8 @@ from support import params
 from support.measure import keras as measure
 import keras
 
-P = params.load("cnn_cifar10", "tiny")
-bench = measure.start("cnn_cifar10", P, precision="fp32", compilation="auto", record_path=None)
+settings = params.load("cnn_cifar10", "tiny")
+bench = measure.start("cnn_cifar10", settings, precision="fp32", compilation="auto", record_path=None)
 model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])
 model.compile(optimizer="sgd", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
               jit_compile=bench.compiled)

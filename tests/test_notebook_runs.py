@@ -307,8 +307,8 @@ def test_each_model_starts_from_the_tasks_initial_distributions(request, key):
     and mean that the task's scheme (support/init.py) gives it, in every framework."""
     record, _ = record_of(request, key)
     assert "init" in record, f"{JOBS[key].title} recorded no initialisation check (measure.initial_weights)"
-    P = params.load(record["task"], "tiny")
-    problems = init.check(record["task"], record["init"], P)
+    settings = params.load(record["task"], "tiny")
+    problems = init.check(record["task"], record["init"], settings)
     assert not problems, f"{JOBS[key].title}: " + "; ".join(problems)
     assert len(record["init"]) >= 4
 

@@ -12,18 +12,18 @@ def test_every_task_has_every_profile_and_they_shrink(task):
         assert full.n_train is None and cpu.n_train > tiny.n_train
     else:       # every profile times at least 7 batches; the smaller ones take smaller batches and images
         assert full.n_batches >= cpu.n_batches >= tiny.n_batches
-        work = lambda P: P.n_batches * P.batch_size * P.image_size ** 2   # noqa: E731
+        work = lambda settings: settings.n_batches * settings.batch_size * settings.image_size ** 2   # noqa: E731
         assert work(full) > work(cpu) > work(tiny)
 
 
 @pytest.mark.parametrize("task", tasks.NAMES)
 @pytest.mark.parametrize("profile", tasks.PROFILES)
 def test_every_profile_times_at_least_seven_steady_state_repeats(task, profile):
-    P = params.load(task, profile)
-    repeats = P.n_batches if task == "resnet50_features" else P.step_repeats
+    settings = params.load(task, profile)
+    repeats = settings.n_batches if task == "resnet50_features" else settings.step_repeats
     assert repeats >= timing.MIN_REPEATS == 7
     if task != "resnet50_features":
-        assert P.steps_per_repeat >= 1 and P.warmup_steps >= 1
+        assert settings.steps_per_repeat >= 1 and settings.warmup_steps >= 1
 
 
 def test_full_is_the_seed_settings():
@@ -52,9 +52,10 @@ def test_unknown_names_list_the_valid_ones():
 
 def test_an_override_from_the_environment_replaces_numbers_in_the_loaded_profile(monkeypatch, capsys):
     monkeypatch.setenv(params.OVERRIDE_VARIABLE, "epochs=2, n_train=8192,lr=0.5")
-    P = params.load("cnn_cifar10", "full")
-    assert (P.profile, P.epochs, P.n_train, P.lr, P.batch_size) == ("full", 2, 8192, 0.5, 64)
-    assert params.as_dict(P)["epochs"] == 2          # what a record's params show
+    settings = params.load("cnn_cifar10", "full")
+    assert (settings.profile, settings.epochs, settings.n_train, settings.lr, settings.batch_size) == (
+        "full", 2, 8192, 0.5, 64)
+    assert params.as_dict(settings)["epochs"] == 2          # what a record's params show
     assert "epochs = 2   (DLROSETTA_PARAMS)" in capsys.readouterr().out
     monkeypatch.setenv(params.OVERRIDE_VARIABLE, "n_train=none")
     assert params.load("gru_imdb", "cpu").n_train is None     # a size of None: the whole dataset

@@ -119,8 +119,8 @@ def pytorch_model(task):
         return scope["VGGStyleCNN"](parity.CNN.n_classes)
     scope = {"torch": torch, "nn": nn}
     exec(notebook_cell(task, "class GRUClassifier"), scope)
-    P = parity.GRU
-    return scope["GRUClassifier"](P.vocab_size, P.embedding_dim, P.hidden_dim, P.n_classes)
+    settings = parity.GRU
+    return scope["GRUClassifier"](settings.vocab_size, settings.embedding_dim, settings.hidden_dim, settings.n_classes)
 
 
 def test_pytorch_state_dict_is_the_shared_layout(shared):

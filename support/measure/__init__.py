@@ -5,7 +5,7 @@ what only the benchmark needs comes after, under its `## Measurement` heading, i
 module of its framework:
 
     from support.measure import pytorch as measure        # imports torch; `support` itself stays numpy-only
-    bench = measure.start("cnn_cifar10", P, device, precision=precision, compilation=compilation,
+    bench = measure.start("cnn_cifar10", settings, device, precision=precision, compilation=compilation,
                           record_path=record_path)   # checks the variant; stops a run that cannot be
     ...
     with bench.epoch(len(train_loader)):    # in the training loop: one lap of the epoch timer, synchronised
@@ -30,7 +30,7 @@ class Bench:
     """One notebook run's measurement: what it is (task, framework, variant, precision, compilation), the epoch
     timer, the steady state, the sweep and the record. Made by a framework module's `start()`."""
 
-    def __init__(self, task: str, framework: str, P, *, precision: str, compilation: str, record_path,
+    def __init__(self, task: str, framework: str, settings, *, precision: str, compilation: str, record_path,
                  environment: dict, gpu: bool, sync=None, compilation_key: str | None = None, variant: str = "",
                  devices: int = 1, device_memory=None, refusal: str | None = None, own_bf16=None, matmul=None,
                  gpu_capability=None):
@@ -39,13 +39,13 @@ class Bench:
         its kernels compute bfloat16 on this CPU, `matmul(dtype)` its probe, `gpu_capability` the GPU's
         compute capability (major, minor) where the framework tells it."""
         prec.check(precision, compilation)
-        self.task, self.framework, self.P, self.variant = task, framework, P, variant
+        self.task, self.framework, self.settings, self.variant = task, framework, settings, variant
         self.devices = devices      # data parallelism: each training step takes the task's batch on every device
         self.precision, self.record_path, self.environment, self.gpu, self.sync = (
             precision, record_path, environment, gpu, sync)
         self.device_memory = device_memory      # a GPU's (free bytes, the framework's peak in use): the sweep's guard
         self.compilation = prec.resolve(compilation, compilation_key or framework, task)
-        self.epochs = timing.Stopwatch("epoch", warmup=getattr(P, "warmup_epochs", 1), sync=sync)
+        self.epochs = timing.Stopwatch("epoch", warmup=getattr(settings, "warmup_epochs", 1), sync=sync)
         self.steps_per_epoch = None
         self.fields: dict = {}      # what the measurement part adds to the record (steps, sweep, checks)
         self._folder = None         # the run's scratch folder, made by folder()
@@ -64,7 +64,7 @@ class Bench:
 
     def stop(self, reason: str, status: str = "unsupported"):
         """End the notebook here: write the record of a combination that cannot run and raise records.Unsupported."""
-        records.stop(self.record_path, reason, task=self.task, framework=self.framework, params=self.P,
+        records.stop(self.record_path, reason, task=self.task, framework=self.framework, params=self.settings,
                      environment=self.environment, precision=self.precision, compilation=self.compilation,
                      status=status, variant=self.variant)
 
@@ -83,7 +83,7 @@ class Bench:
         the run's devices (synchronised at both ends). The laps give the record's time per epoch and its samples
         per second; the first is the warm-up."""
         self.steps_per_epoch = steps
-        with self.epochs.lap(samples=steps * self.P.batch_size * self.devices):
+        with self.epochs.lap(samples=steps * self.settings.batch_size * self.devices):
             yield
 
     # --- the measurement part ----------------------------------------------------------------------------------
@@ -91,9 +91,10 @@ class Bench:
         """The training step's compute throughput on one batch in memory (support.timing.steady_state), with the
         task's warm-up and repeats; `loss(out)` reads a step's loss as a float (the smoke tests' learning check).
         Recorded under `name`: "steps" for the notebook's step, another name for a variant of it."""
-        P = self.P
-        steps = timing.steady_state(step, steps=P.steps_per_repeat, repeats=P.step_repeats, warmup=P.warmup_steps,
-                                    samples=P.batch_size if samples is None else samples, sync=self.sync, loss=loss)
+        settings = self.settings
+        steps = timing.steady_state(step, steps=settings.steps_per_repeat, repeats=settings.step_repeats,
+                                    warmup=settings.warmup_steps, sync=self.sync, loss=loss,
+                                    samples=settings.batch_size if samples is None else samples)
         print((f"{name}: " if name != "steps" else "") + timing.describe(steps))
         self.fields[name] = steps
         return steps
@@ -110,9 +111,9 @@ class Bench:
     def throughput(self, fn, *, samples: int | None = None) -> dict:
         """Inference throughput: `fn` (one batch, on the device) timed per call after the task's warm-up
         batches (support.timing.benchmark), as the record's timing: latency per batch and images per second."""
-        P = self.P
-        summary = timing.benchmark(fn, repeats=P.n_batches, warmup=P.warmup_batches,
-                                   samples=P.batch_size if samples is None else samples, sync=self.sync)
+        settings = self.settings
+        summary = timing.benchmark(fn, repeats=settings.n_batches, warmup=settings.warmup_batches,
+                                   samples=settings.batch_size if samples is None else samples, sync=self.sync)
         print(timing.describe(summary))
         self.fields["timing"] = summary
         return summary
@@ -120,7 +121,7 @@ class Bench:
     def sweep(self, make_step, batch_sizes: str, **kwargs) -> dict | None:
         """The steady state at each batch size asked for (support.timing.sweep), within the task's time budget."""
         kwargs.setdefault("device_memory", self.device_memory)
-        result = timing.sweep(make_step, batch_sizes, budget_s=self.P.sweep_budget_s, sync=self.sync, **kwargs)
+        result = timing.sweep(make_step, batch_sizes, budget_s=self.settings.sweep_budget_s, sync=self.sync, **kwargs)
         self.fields["sweep"] = result
         return result
 
@@ -157,20 +158,21 @@ class Bench:
 
     def hyperparameters(self, **values) -> dict:
         """Check that the hyperparameters the notebook's learner's path names (`learning_rate=...`, `batch_size=...`)
-        are the profile's (`P.lr`, `P.batch_size`, ...): a value that differs is a ValueError of one line naming
-        it, the notebook's value and the profile's. Recorded as the `hyperparameters` field."""
+        are the profile's (`settings.lr`, `settings.batch_size`, ...): a value that differs is a ValueError of one
+        line naming it, the notebook's value and the profile's. Recorded as the `hyperparameters` field."""
         names = {"learning_rate": "lr"}
         for name, value in values.items():
             field = names.get(name, name)
-            if not hasattr(self.P, field):
+            if not hasattr(self.settings, field):
                 raise ValueError(f"hyperparameter {name!r}: the {self.task} profile has no {field!r}; "
-                                 f"it has {', '.join(f.name for f in dataclasses.fields(self.P))}")
-            if getattr(self.P, field) != value:
-                raise ValueError(f"hyperparameter {name}={value!r} in the notebook, but the {self.P.profile!r} "
-                                 f"profile of {self.task} says {field}={getattr(self.P, field)!r}: "
+                                 f"it has {', '.join(f.name for f in dataclasses.fields(self.settings))}")
+            if getattr(self.settings, field) != value:
+                raise ValueError(f"hyperparameter {name}={value!r} in the notebook, but the {self.settings.profile!r} "
+                                 f"profile of {self.task} says {field}={getattr(self.settings, field)!r}: "
                                  "change the notebook's value or the profile (support/params.py)")
         self.fields["hyperparameters"] = dict(values)
-        print("hyperparameters: " + ", ".join(f"{k}={v}" for k, v in values.items()) + f" (the {self.P.profile!r} profile's)")
+        print("hyperparameters: " + ", ".join(f"{k}={v}" for k, v in values.items())
+              + f" (the {self.settings.profile!r} profile's)")
         return self.fields["hyperparameters"]
 
     def parity(self, outputs, weights, x) -> dict:
@@ -196,7 +198,7 @@ class Bench:
         """The initial weights' statistics per array, in the framework's names and layout ('oi': (out, in, ...)
         like PyTorch, 'io': (..., in, out) like Keras), checked against the task's scheme (support.init)."""
         stats = initial.stats(arrays, layout)
-        problems = initial.check(self.task, stats, self.P)
+        problems = initial.check(self.task, stats, self.settings)
         print(f"initialisation: {len(stats)} arrays, " + ("as the task's scheme says" if not problems
                                                          else "NOT as the scheme says: " + "; ".join(problems)))
         self.fields["init"] = stats
@@ -221,9 +223,10 @@ class Bench:
         """Write this run's record for the runner (with record_path None, only print it): a training run's
         epochs and steady state, or an inference run's first call and throughput."""
         first = self.fields.get("first_step_s") or self.first_step_s()
-        return records.write(self.record_path, task=self.task, framework=self.framework, params=self.P, data=data,
-                             timing=self.fields.get("timing") or self.epochs.summary(), steps=self.fields.get("steps"),
-                             first_step_s=first, curve=curve, metrics=metrics, n_parameters=n_parameters,
+        return records.write(self.record_path, task=self.task, framework=self.framework, params=self.settings,
+                             data=data, timing=self.fields.get("timing") or self.epochs.summary(),
+                             steps=self.fields.get("steps"), first_step_s=first, curve=curve, metrics=metrics,
+                             n_parameters=n_parameters,
                              environment=self.environment, device_peak_bytes=device_peak_bytes,
                              precision=self.precision, compilation=self.compilation, compile_s=self.compile_s(first),
                              sweep=self.fields.get("sweep"), variant=self.variant,

@@ -1,7 +1,7 @@
 """Chainer's measurement plumbing (support.measure): its synchronisation, environment, weights and memory.
 
     from support.measure import chainer as measure
-    bench = measure.start("cnn_cifar10", P, device, precision=precision, compilation=compilation,
+    bench = measure.start("cnn_cifar10", settings, device, precision=precision, compilation=compilation,
                           record_path=record_path)
     measure.time_epochs(trainer, bench)     # one lap of the epoch timer per epoch of a training.Trainer
 
@@ -42,7 +42,7 @@ def framework_reason(precision: str, gpu: bool) -> str | None:
     return None
 
 
-def start(task: str, P, device, *, precision: str, compilation: str, record_path, variant: str = "",
+def start(task: str, settings, device, *, precision: str, compilation: str, record_path, variant: str = "",
           devices: int = 1) -> Bench:
     """The run's Bench: prints Chainer's versions and device, checks `precision` and `compilation`, and ends the
     notebook (with its record) where this device or Chainer cannot run them (bf16; compilation "on": not
@@ -51,7 +51,7 @@ def start(task: str, P, device, *, precision: str, compilation: str, record_path
     gpu = isinstance(device, chainer.backend.GpuDevice)
     info = env.describe(chainer)
     env.show(info)
-    bench = Bench(task, "chainer", P, precision=precision, compilation=compilation, record_path=record_path,
+    bench = Bench(task, "chainer", settings, precision=precision, compilation=compilation, record_path=record_path,
                   environment=info, gpu=gpu, sync=device.device.synchronize if gpu else None, variant=variant,
                   devices=devices, device_memory=device_memory if gpu else None,
                   refusal=framework_reason(precision, gpu), gpu_capability=gpu_capability() if gpu else None)
@@ -83,7 +83,7 @@ def time_epochs(trainer: chainer.training.Trainer, bench: Bench) -> None:
                                      initializer=open_lap)
     def close_lap(trainer):
         bench.steps_per_epoch = trainer.updater.iteration - laps["iteration"]
-        bench.epochs.stop(samples=bench.steps_per_epoch * bench.P.batch_size * bench.devices)
+        bench.epochs.stop(samples=bench.steps_per_epoch * bench.settings.batch_size * bench.devices)
 
     trainer.extend(close_lap, name="epoch_timer")
     trainer.extend(open_lap, name="epoch_timer_reopen", trigger=(1, "epoch"), priority=-1)

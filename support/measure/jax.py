@@ -1,7 +1,8 @@
 """JAX's measurement plumbing (support.measure): its synchronisation, environment, weights and memory.
 
     from support.measure import jax as measure
-    bench = measure.start("cnn_cifar10", P, precision=precision, compilation=compilation, record_path=record_path)
+    bench = measure.start("cnn_cifar10", settings, precision=precision, compilation=compilation,
+                          record_path=record_path)
 
 JAX compiles by construction (`jax.jit`, `nnx.jit`: one XLA program per step), so `compilation` "off" is
 not_applicable; float16 training needs a loss scaler, which neither Optax nor Flax ships, so "fp16" is unsupported
@@ -33,7 +34,7 @@ def sync():
     jax.block_until_ready(jax.live_arrays())
 
 
-def start(task: str, P, *, precision: str, compilation: str, record_path, variant: str = "",
+def start(task: str, settings, *, precision: str, compilation: str, record_path, variant: str = "",
           devices: int = 1) -> Bench:
     """The run's Bench: prints JAX's versions and devices, checks `precision` and `compilation`, and ends the
     notebook (with its record) where they cannot run: `compilation="off"` (not_applicable), fp16 in training
@@ -42,7 +43,7 @@ def start(task: str, P, *, precision: str, compilation: str, record_path, varian
     info = env.describe(jax)
     env.show(info)
     print(jax.devices())
-    bench = Bench(task, "jax", P, precision=precision, compilation=compilation, record_path=record_path,
+    bench = Bench(task, "jax", settings, precision=precision, compilation=compilation, record_path=record_path,
                   environment=info, gpu=gpu, sync=sync, variant=variant, devices=devices,
                   device_memory=device_memory if gpu else None, matmul=matmul,
                   gpu_capability=gpu_capability() if gpu else None)

@@ -3,8 +3,9 @@
     os.environ["KERAS_BACKEND"] = backend           # first: importing this module imports keras
     # the notebook's "This machine" cell: on torch, torch.set_flush_denormal(True), as in the PyTorch notebooks
     from support.measure import keras as measure
-    P = params.load("cnn_cifar10", profile, gpu=measure.gpu())
-    bench = measure.start("cnn_cifar10", P, precision=precision, compilation=compilation, record_path=record_path)
+    settings = params.load("cnn_cifar10", profile, gpu=measure.gpu())
+    bench = measure.start("cnn_cifar10", settings, precision=precision, compilation=compilation,
+                          record_path=record_path)
     model.compile(..., jit_compile=bench.compiled)
     model.fit(..., callbacks=[measure.EpochTimer(bench)])     # one lap of the epoch timer per epoch
     measure.steady_state(bench, model, xb, yb)                # the training step as fit() runs it
@@ -91,7 +92,7 @@ def _sync(on_gpu: bool):
     return LIB.test.experimental.sync_devices if BACKEND == "tensorflow" else LIB.cuda.synchronize
 
 
-def start(task: str, P, *, precision: str, compilation: str, record_path, variant: str | None = None,
+def start(task: str, settings, *, precision: str, compilation: str, record_path, variant: str | None = None,
           devices: int = 1) -> Bench:
     """The run's Bench: prints Keras's and its backend's versions and device, checks `precision` and
     `compilation` and ends the notebook with its record where this device cannot run them, or where Keras cannot:
@@ -105,7 +106,7 @@ def start(task: str, P, *, precision: str, compilation: str, record_path, varian
     described = info()
     env.show(described)
     on_gpu = described["device"] != "cpu"
-    bench = Bench(task, "keras", P, precision=precision, compilation=compilation, record_path=record_path,
+    bench = Bench(task, "keras", settings, precision=precision, compilation=compilation, record_path=record_path,
                   environment=described, gpu=on_gpu, sync=_sync(on_gpu), compilation_key=keras_compilation_key(BACKEND, on_gpu, devices),
                   variant=BACKEND if variant is None else variant, devices=devices,
                   device_memory=device_memory() if on_gpu else None, own_bf16=own_bf16, matmul=matmul,
@@ -160,7 +161,8 @@ class EpochTimer(keras.callbacks.Callback):
 
     def _close(self):
         if self._open:
-            self.bench.epochs.stop(samples=self.bench.steps_per_epoch * self.bench.P.batch_size * self.bench.devices)
+            self.bench.epochs.stop(
+                samples=self.bench.steps_per_epoch * self.bench.settings.batch_size * self.bench.devices)
             self._open = False
 
     def on_test_begin(self, logs=None):
@@ -215,17 +217,17 @@ class _Repeated(keras.utils.PyDataset):
 
 def steady_state(bench: Bench, model: keras.Model, x: np.ndarray, y: np.ndarray, *, dataset: bool = False) -> dict:
     """The training step's compute throughput on one batch (x, y), as `fit()` runs it: one `fit()` over the
-    batch repeated, `P.warmup_steps` untimed steps, then `P.step_repeats` laps of `P.steps_per_repeat` steps
-    (and one more step, untimed, whose start closes the last lap), waiting for the device only at a lap's ends
-    (`_LapsOnly`: no per-step copy of the logs). It reuses the step `fit()` compiled for
+    batch repeated, `settings.warmup_steps` untimed steps, then `settings.step_repeats` laps of
+    `settings.steps_per_repeat` steps (and one more step, untimed, whose start closes the last lap), waiting for the
+    device only at a lap's ends (`_LapsOnly`: no per-step copy of the logs). It reuses the step `fit()` compiled for
     this shape and structure (`train_on_batch` hands the step `(x, y, None)`, not `(x, y)`, so TensorFlow and
     JAX would trace and compile it again). The learning check's losses (support.timing.learned) are the
     batch's loss in inference mode (`evaluate`) before the first step and after the last: every step
     trains on that batch, so a model that learns fits it. With `dataset=True` the batch comes through a
     `PyDataset`, as the epochs' batches did in a notebook that trains on one. The same dict as
     bench.steady_state."""
-    P = bench.P
-    warmup, steps, repeats, b = P.warmup_steps, P.steps_per_repeat, P.step_repeats, len(x)
+    settings = bench.settings
+    warmup, steps, repeats, b = settings.warmup_steps, settings.steps_per_repeat, settings.step_repeats, len(x)
     n = warmup + repeats * steps + 1
 
     def loss() -> float:

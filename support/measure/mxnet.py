@@ -1,7 +1,7 @@
 """MXNet's measurement plumbing (support.measure): its synchronisation, environment, weights and memory.
 
     from support.measure import mxnet as measure          # after the environment variables MXNet reads at import
-    bench = measure.start("cnn_cifar10", P, ctx, precision=precision, compilation=compilation,
+    bench = measure.start("cnn_cifar10", settings, ctx, precision=precision, compilation=compilation,
                           record_path=record_path, variant="gluon")
 
 MXNet's engine runs every operator asynchronously, on the CPU as on a GPU: a Python call only queues work.
@@ -41,7 +41,7 @@ class _ModuleBench(Bench):
         return None
 
 
-def start(task: str, P, ctx: mx.Context, *, precision: str, compilation: str, record_path,
+def start(task: str, settings, ctx: mx.Context, *, precision: str, compilation: str, record_path,
           variant: str = "", devices: int = 1) -> Bench:
     """The run's Bench: prints MXNet's versions and device (threads, oneDNN, CUDA), checks `precision` and
     `compilation`, and ends the notebook (with its record) where this device or API cannot run them (the Module
@@ -52,7 +52,7 @@ def start(task: str, P, ctx: mx.Context, *, precision: str, compilation: str, re
     env.show(info)
     module = variant == "module"
     bench = (_ModuleBench if module else Bench)(
-        task, "mxnet", P, precision=precision, compilation=compilation, record_path=record_path,
+        task, "mxnet", settings, precision=precision, compilation=compilation, record_path=record_path,
         environment=info, gpu=gpu, sync=mx.nd.waitall, variant=variant, devices=devices,
         refusal=BF16_GPU if precision == "bf16" and gpu else None, own_bf16=own_bf16, matmul=convolution)
     if module and not bench.compiled:
@@ -71,7 +71,7 @@ def epoch_callbacks(bench: Bench, steps: int, epochs: int):
     `epoch_end`, placed after the callbacks that log and score the epoch, opens the next one, which so includes fit's
     `train_data.reset()` (the reshuffle, as a DataLoader's shuffle falls in its epoch). Each end waits for the engine."""
     bench.steps_per_epoch = steps
-    samples = steps * bench.P.batch_size * bench.devices
+    samples = steps * bench.settings.batch_size * bench.devices
     bench.epochs.start()
 
     def batch_end(param):

@@ -3,7 +3,7 @@ what a data-parallel run (DenseNet-121 under torchrun) needs on top: a barrier i
 for the sweep, and the check of one DDP step against the same step on one device.
 
     from support.measure import pytorch as measure
-    bench = measure.start("cnn_cifar10", P, device, precision=precision, compilation=compilation,
+    bench = measure.start("cnn_cifar10", settings, device, precision=precision, compilation=compilation,
                           record_path=record_path)
 """
 from __future__ import annotations
@@ -24,7 +24,7 @@ def _distributed() -> bool:
     return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
 
 
-def start(task: str, P, device: torch.device, *, precision: str, compilation: str, record_path,
+def start(task: str, settings, device: torch.device, *, precision: str, compilation: str, record_path,
           variant: str = "", devices: int = 1) -> Bench:
     """The run's Bench: prints PyTorch's versions and device, checks `precision` and `compilation`, and ends
     the notebook (with its record) where this device cannot run them. CUDA runs asynchronously: every lap
@@ -40,7 +40,7 @@ def start(task: str, P, device: torch.device, *, precision: str, compilation: st
         for wait in waits:
             wait()
 
-    return Bench(task, "pytorch", P, precision=precision, compilation=compilation, record_path=record_path,
+    return Bench(task, "pytorch", settings, precision=precision, compilation=compilation, record_path=record_path,
                  environment=info, gpu=gpu, sync=sync if waits else None, variant=variant, devices=devices,
                  device_memory=device_memory if gpu else None, own_bf16=own_bf16, matmul=matmul,
                  gpu_capability=gpu_capability() if gpu else None)

@@ -1,7 +1,7 @@
 """TensorFlow's measurement plumbing (support.measure): its synchronisation, environment, weights and memory.
 
     from support.measure import tensorflow as measure
-    bench = measure.start("cnn_cifar10", P, gpu=bool(gpus), precision=precision, compilation=compilation,
+    bench = measure.start("cnn_cifar10", settings, gpu=bool(gpus), precision=precision, compilation=compilation,
                           record_path=record_path)
 
 The notebook sets KERAS_BACKEND before it imports TensorFlow (tf.keras is Keras 3); this module imports
@@ -16,7 +16,7 @@ from support import env, hardware
 from support.measure import Bench
 
 
-def start(task: str, P, *, gpu: bool, precision: str, compilation: str, record_path, variant: str = "",
+def start(task: str, settings, *, gpu: bool, precision: str, compilation: str, record_path, variant: str = "",
           devices: int = 1) -> Bench:
     """The run's Bench: prints TensorFlow's versions and devices, checks `precision` and `compilation`, and
     ends the notebook (with its record) where this device cannot run them. On a GPU a `tf.function` call
@@ -25,7 +25,7 @@ def start(task: str, P, *, gpu: bool, precision: str, compilation: str, record_p
     return: no wait). `devices`: the data-parallel devices one epoch's steps train on (their samples count)."""
     info = env.describe(tf)
     env.show(info)
-    bench = Bench(task, "tensorflow", P, precision=precision, compilation=compilation, record_path=record_path,
+    bench = Bench(task, "tensorflow", settings, precision=precision, compilation=compilation, record_path=record_path,
                   environment=info, gpu=gpu, sync=tf.test.experimental.sync_devices if gpu else None,
                   variant=variant, devices=devices, matmul=matmul, gpu_capability=gpu_capability() if gpu else None)
     if task == "gru_imdb" and gpu and bench.compiled:
