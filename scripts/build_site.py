@@ -1,10 +1,11 @@
 #!/usr/bin/env python
 """Build the side-by-side reader: a static site that shows each step of a task in every framework.
 
-    python scripts/build_site.py                        # this machine's results -> results/<machine>/site/
-    python scripts/build_site.py --machine cpu-2c-intel-xeon --profile cpu --out /tmp/site
+    python -m scripts.build_site                        # this machine's results -> results/<machine>/site/
+    python -m scripts.build_site --machine cpu-2c-intel-xeon --profile cpu --out /tmp/site
 
-One page per task: its results table and plot from the machine's latest run, then one row per
+One page per task: its results table (the report's own table data, `report.tables.results_table`, as HTML) and
+plot from the machine's latest run, then one row per
 section heading (`## Data`, `## Model`, ...) and one column per framework, with the markdown and
 the syntax-highlighted code of that section; checkboxes choose which frameworks to show (the URL's
 hash keeps the choice: `cnn_cifar10.html#pytorch,jax`). An index page has a matrix of the notebooks
@@ -31,9 +32,12 @@ import sys
 from pathlib import Path
 from urllib.parse import quote
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from scripts import report, suite  # noqa: E402
-from support.files import atomic_write  # noqa: E402
+from scripts import report, suite
+from scripts.report.readme import headline_profile
+from scripts.report.rows import TASK_TITLES, baseline
+from scripts.report.tables import provenance, results_table
+from scripts.report.text import spans
+from support.files import atomic_write
 
 TEMPLATES = Path(__file__).resolve().parent / "site_templates"
 INTRODUCTION = "Introduction"       # the row for the cells above a notebook's first `## ` heading
@@ -86,7 +90,7 @@ def slug(title: str) -> str:
 
 
 class Renderer:
-    """Markdown (markdown-it, CommonMark with tables) and Python code (Pygments) to HTML."""
+    """The notebooks' Markdown cells (markdown-it, CommonMark with tables) and Python code (Pygments) as HTML."""
 
     def __init__(self):
         from markdown_it import MarkdownIt
@@ -219,7 +223,7 @@ def check_places(task: str, places: dict[str, dict[str, tuple[str, int]]], noteb
 def latest_profile(rows: list[dict]) -> str | None:
     """The profile of the newest record (the latest run), else the most complete one present."""
     dated = [r for r in rows if r.get("date")]
-    return max(dated, key=lambda r: r["date"])["profile"] if dated else report.headline_profile(rows)
+    return max(dated, key=lambda r: r["date"])["profile"] if dated else headline_profile(rows)
 
 
 def runs(task: str, stem: str, task_rows: list[dict], machine_dir: Path, out_dir: Path) -> list[dict]:
@@ -242,16 +246,16 @@ def task_page(task: str, notebooks: Path, rows: list[dict], profile: str | None,
     frameworks = suite.stems(task, notebooks)     # one column per notebook (MXNet's Module API has its own)
     cells = {f: sections(notebooks / task / f"{f}.ipynb", render) for f in frameworks}
     titles = ([INTRODUCTION] if any(INTRODUCTION in c for c in cells.values()) else []) + headings
-    task_rows = report.baseline([r for r in rows if r["task"] == task and r["profile"] == profile])
+    task_rows = baseline([r for r in rows if r["task"] == task and r["profile"] == profile])
     plot = machine_dir / "plots" / str(profile) / f"{task}.png"
     return {
-        "task": task, "title": report.TASK_TITLES.get(task, task),
+        "task": task, "title": TASK_TITLES.get(task, task),
         "columns": [{"framework": f, "label": label(f), "notebook": href(notebooks / task / f"{f}.ipynb", out_dir),
                      "runs": runs(task, f, task_rows, machine_dir, out_dir)} for f in frameworks],
         "default": ",".join(frameworks[:2]),
         "rows": [{"title": t, "id": slug(t), "cells": {f: cells[f].get(t, []) for f in frameworks}} for t in titles],
-        "provenance": render.markdown(report.provenance(task_rows, machine_dir.name)) if task_rows else "",
-        "table": render.markdown(report.task_table(task_rows)) if task_rows else "",
+        "provenance": provenance(task_rows, machine_dir.name) if task_rows else "",
+        "table": results_table(task_rows) if task_rows else None,
         "plot": href(plot, out_dir) if task_rows and plot.exists() else None,
     }
 
@@ -303,18 +307,20 @@ def build(machine_dir: Path, out_dir: Path | None = None, profile: str | None = 
     frameworks = list(dict.fromkeys(stem for t in tasks for stem in suite.stems(t, notebooks)))
     environment = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True,
                                      undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    environment.filters["spans"] = spans          # the report's text, for text.html's macros
     common = {"tasks": [(t, pages[t]["title"]) for t in tasks], "machine": machine_dir.name, "profile": profile}
     out_dir.mkdir(parents=True, exist_ok=True)
     results_md = machine_dir / "results.md"
     profile_rows = [r for r in rows if r["profile"] == profile]
     atomic_write(out_dir / "index.html", environment.get_template("index.html").render(
         common, matrix=index_matrix(tasks, pages, notebooks), page="index",
-        provenance=render.markdown(report.provenance(profile_rows, machine_dir.name)) if profile_rows else "",
+        provenance=provenance(profile_rows, machine_dir.name) if profile_rows else "",
         results_md=href(results_md, out_dir) if results_md.exists() else None))
     for task, page in pages.items():
         atomic_write(out_dir / f"{task}.html", environment.get_template("task.html").render(common, **page, page=task))
     atomic_write(out_dir / "concordance.html", environment.get_template("concordance.html").render(
-        common, page="concordance", tables=tables, columns=[{"framework": f, "label": label(f)} for f in frameworks], default=",".join(frameworks[:2])))
+        common, page="concordance", tables=tables, columns=[{"framework": f, "label": label(f)} for f in frameworks],
+        default=",".join(frameworks[:2])))
     css = (TEMPLATES / "site.css").read_text() + f"\n/* Pygments, style '{PYGMENTS_STYLE}' */\n" + render.css() + "\n"
     atomic_write(out_dir / "site.css", css)
     atomic_write(out_dir / "site.js", (TEMPLATES / "site.js").read_bytes())
@@ -336,11 +342,12 @@ def default_machine(results: Path) -> str:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 2)[2])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 2)[2],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--results", type=Path, default=suite.ROOT / "results", help="results folder (default results/)")
     p.add_argument("--machine", help="results subfolder to read (default: this machine's, else the only one)")
-    p.add_argument("--profile", choices=suite.PROFILES, help="profile whose results to show (default: the latest run's)")
+    p.add_argument("--profile", choices=suite.PROFILES,
+                   help="profile whose results to show (default: the latest run's)")
     p.add_argument("--out", type=Path, help="where to write the site (default results/<machine>/site/)")
     p.add_argument("--notebooks", type=Path, default=suite.NOTEBOOKS, help=argparse.SUPPRESS)
     args = p.parse_args(argv)

@@ -1,10 +1,10 @@
 #!/usr/bin/env python
 """Count each notebook's code lines and prose words, and how much of the learner's path is measurement harness.
 
-    python scripts/notebook_lines.py            # a markdown table, one row per notebook
-    python scripts/notebook_lines.py --json     # the same as JSON
-    python scripts/notebook_lines.py --notebooks OTHER/notebooks   # another tree (e.g. an older commit's)
-    python scripts/notebook_lines.py --leaks    # the benchmark reaching into a learner's path: prints each line, exit 1
+    python -m scripts.notebook_lines            # a markdown table, one row per notebook
+    python -m scripts.notebook_lines --json     # the same as JSON
+    python -m scripts.notebook_lines --notebooks OTHER/notebooks   # another tree (e.g. an older commit's)
+    python -m scripts.notebook_lines --leaks    # the benchmark reaching into a learner's path: prints each line, exit 1
 
 A line counts when it holds code: blank lines and lines that are only a comment do not. A notebook has two parts:
 the learner's path (everything before its `## Measurement` heading, or the whole notebook where it has none) and the
@@ -20,11 +20,10 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from scripts import suite  # noqa: E402
+from scripts import suite
+from scripts.report.text import Table, markdown_table
 
 MODEL_SECTION = "## Model"
 HARNESS = re.compile(r"\b(bench|measure|timing|records|prec|env|files)\.|\bagree\(|\bprecision_tolerance\b")
@@ -136,12 +135,12 @@ def main(argv=None) -> None:
     if args.json:
         print(json.dumps(counts, indent=1))
         return
-    print("| notebook | model lines | learner's path lines | harness in it | share | measurement lines | words | "
-          "words before Model |\n|---|---:|---:|---:|---:|---:|---:|---:|")
-    for name, n in counts.items():
-        flag = "" if n["harness_share"] <= LIMIT else " (over 15%)"
-        print(f"| {name} | {n['model']} | {n['learner']} | {n['harness']} | {100 * n['harness_share']:.0f}%{flag} | "
-              f"{n['measurement']} | {n['words']} | {n['words_before_model']} |")
+    print(markdown_table(Table(
+        ["notebook", "model lines", "learner's path lines", "harness in it", "share", "measurement lines", "words",
+         "words before Model"], [False, *[True] * 7],
+        [[name, str(n["model"]), str(n["learner"]), str(n["harness"]),
+          f"{100 * n['harness_share']:.0f}%" + ("" if n["harness_share"] <= LIMIT else " (over 15%)"),
+          str(n["measurement"]), str(n["words"]), str(n["words_before_model"])] for name, n in counts.items()])))
 
 
 if __name__ == "__main__":

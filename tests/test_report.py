@@ -1,6 +1,6 @@
-"""scripts/report.py: the accuracy band, parameter differences and parity errors in the tables; the
+"""scripts/report/: the accuracy band, parameter differences and parity errors in the tables; the
 benchmark-grade columns of schema-2 records (steady state, GFLOP/s and MFU from the run's calibration),
-the machine calibration section, schema-1 records, and the plots."""
+the machine calibration section, schema-1 records, the plots, the tables' Markdown and the command."""
 import csv
 import itertools
 import json
@@ -8,6 +8,10 @@ import json
 import pytest
 
 from scripts import report, run_all
+from scripts.report.plots import throughput_error
+from scripts.report.readme import MACHINES_END, MACHINES_START, readme_table, write_machines
+from scripts.report.rows import COLUMNS, TIMING_COLUMNS, flagged
+from scripts.report.text import EMPTY, NOT_COMPARABLE, Span, Table, fmt, markdown, markdown_table, strong
 from support import params, records, timing
 
 STEP_S = 0.25          # every test record's steady-state step (a fake clock makes it exact)
@@ -32,7 +36,8 @@ def write(folder, framework, accuracy=None, *, task="cnn_cifar10", profile="tiny
         data="synthetic", timing=timing.benchmark(lambda: None, 2, samples=4), metrics=metric,
         n_parameters=n_parameters, environment={"machine": "box", "device": "cpu"}, first_step_s=1.5,
         compile_s=compile_s, steps=None if inference else steps(P.batch_size, step_s),
-        curve=None if inference else (curve or [accuracy / 2, accuracy, accuracy]), extra=extra | ({"run": run} if run else {}))
+        curve=None if inference else (curve or [accuracy / 2, accuracy, accuracy]),
+        extra=extra | ({"run": run} if run else {}))
 
 
 def run_file(folder, run_id="20261123T101500", before=PEAK, after=PEAK, overhead=2e-6, **changes):
@@ -71,7 +76,7 @@ def test_a_row_outside_the_band_is_flagged_not_hidden(tmp_path):
     rows = report.build(tmp_path)
     bands = {r["framework"]: r["band"] for r in rows}
     assert bands == {"pytorch": "in", "tensorflow": "in", "jax": "in", "mxnet": "outside"}
-    assert report.flagged(rows) == ["cnn_cifar10/mxnet (tiny): accuracy 0.800 (the better of its last 2 epochs) is more "
+    assert flagged(rows) == ["cnn_cifar10/mxnet (tiny): accuracy 0.800 (the better of its last 2 epochs) is more "
                                     "than 0.05 from the median 0.905 of the frameworks"]
     md = (tmp_path / "results.md").read_text()
     assert "| 0.800 **outside band** |" in md and "| 0.910 |" in md
@@ -86,17 +91,17 @@ def test_a_flagged_rows_times_are_marked_not_comparable(tmp_path):
     readme.write_text("<!-- results:start -->\n<!-- results:end -->\n")
     report.build(tmp_path, readme)
     md = (tmp_path / "results.md").read_text()
-    flagged, fine = md_cells(md, "mxnet"), md_cells(md, "pytorch")
+    outside, fine = md_cells(md, "mxnet"), md_cells(md, "pytorch")
     for head in ("step ms (median)", "compute samples/s", "end-to-end samples/s", "GFLOP/s", "MFU"):
-        assert flagged[head].endswith(report.NOT_COMPARABLE) and flagged[head] != report.NOT_COMPARABLE, head
-        assert report.NOT_COMPARABLE not in fine[head], head
-    assert flagged["s/epoch (IQR)"].split()[0].endswith(report.NOT_COMPARABLE)
+        assert outside[head].endswith(NOT_COMPARABLE) and outside[head] != NOT_COMPARABLE, head
+        assert NOT_COMPARABLE not in fine[head], head
+    assert outside["s/epoch (IQR)"].split()[0].endswith(NOT_COMPARABLE)
     assert "† Not comparable: the row's accuracy lies outside the band" in md
     table = readme.read_text()
     mxnet = md_cells(table, "mxnet", "| framework | step ms")
-    assert mxnet["step ms"].startswith(f"250{report.NOT_COMPARABLE} (") and mxnet["accuracy"] == "0.500 !"
+    assert mxnet["step ms"].startswith(f"250{NOT_COMPARABLE} (") and mxnet["accuracy"] == "0.500 !"
     assert "not comparable" in table
-    assert report.NOT_COMPARABLE not in md_cells(table, "pytorch", "| framework")["step ms"]
+    assert NOT_COMPARABLE not in md_cells(table, "pytorch", "| framework")["step ms"]
 
 
 def test_schema_2_rows_compute_gflops_and_mfu_from_the_run_file(tmp_path):
@@ -123,15 +128,15 @@ def test_schema_2_rows_compute_gflops_and_mfu_from_the_run_file(tmp_path):
     md = (tmp_path / "results.md").read_text()
     cells = md_cells(md, "pytorch")
     assert cells["step ms (median)"] == "250" and cells["n"] == "7" and cells["min–max ms"] == "250–250"
-    assert cells["compute samples/s"] == report.fmt(batch / STEP_S) and cells["first step s"] == "1.5"
-    assert cells["compile s"] == "0.75" and cells["GFLOP/s"] == report.fmt(gflops)
-    assert cells["MFU"] == f"{report.fmt(100 * gflops / PEAK, 2)}%" and cells["CV"] == "0%"
-    assert cells["host MiB"] == report.fmt(record["memory"]["host_peak_bytes"] / 2 ** 20)
+    assert cells["compute samples/s"] == fmt(batch / STEP_S) and cells["first step s"] == "1.5"
+    assert cells["compile s"] == "0.75" and cells["GFLOP/s"] == fmt(gflops)
+    assert cells["MFU"] == f"{fmt(100 * gflops / PEAK, 2)}%" and cells["CV"] == "0%"
+    assert cells["host MiB"] == fmt(record["memory"]["host_peak_bytes"] / 2 ** 20)
     assert "device MiB" not in cells                              # no row on a GPU
-    assert "p95 ms" in md_cells(md, "jax") and md_cells(md, "jax")["compile s"] == report.EMPTY      # eager
+    assert "p95 ms" in md_cells(md, "jax") and md_cells(md, "jax")["compile s"] == EMPTY      # eager
     with open(tmp_path / "results.csv") as f:
         csv_rows = {r["task"]: r for r in csv.DictReader(f)}
-    assert tuple(csv_rows["cnn_cifar10"]) == report.COLUMNS
+    assert tuple(csv_rows["cnn_cifar10"]) == COLUMNS
     assert float(csv_rows["cnn_cifar10"]["mfu"]) == pytest.approx(gflops / PEAK)
     assert csv_rows["cnn_cifar10"]["curve"] == "0.45;0.9;0.9" and csv_rows["cnn_cifar10"]["run"] == "20261123T101500"
 
@@ -144,7 +149,7 @@ def test_schema_2_rows_compute_gflops_and_mfu_from_the_run_file(tmp_path):
                     "host MiB | GFLOP/s | MFU | accuracy |")
     line = md_cells(text, "pytorch", "| framework | step ms")
     assert line["step ms"] == "250 (IQR 0, n=7)" and line["MFU"] == cells["MFU"] and line["accuracy"] == "0.900"
-    assert md_cells(text, "jax", "| framework | batch ms")["MFU"] == f"{report.fmt(100 * resnet['mfu'], 2)}%"
+    assert md_cells(text, "jax", "| framework | batch ms")["MFU"] == f"{fmt(100 * resnet['mfu'], 2)}%"
 
 
 def test_calibration_section_gives_peaks_loads_and_overhead(tmp_path):
@@ -208,7 +213,7 @@ def test_a_missing_or_malformed_run_file_leaves_mfu_empty_with_one_line(tmp_path
     notes = [line for line in md.splitlines() if "runs/r9.json" in line]
     assert len(notes) == 1 and notes[0].startswith(f"**No MFU for run `r9`**: its run file `runs/r9.json` is {problem}")
     assert notes[0].endswith("its 2 rows show no MFU.")
-    assert md_cells(md, "pytorch")["MFU"] == report.EMPTY and md_cells(md, "pytorch")["GFLOP/s"] != report.EMPTY
+    assert md_cells(md, "pytorch")["MFU"] == EMPTY and md_cells(md, "pytorch")["GFLOP/s"] != EMPTY
 
 
 def test_a_gpu_row_needs_the_runs_gpu_peak(tmp_path):
@@ -252,7 +257,7 @@ def test_a_rows_mfu_divides_by_the_peak_of_its_own_precision(tmp_path):
     head = next(line for line in variants.splitlines() if line.startswith("| framework | variant |"))
     bf16 = dict(zip([c.strip() for c in head.strip("|").split(" | ")],
                     md_row(variants[variants.index("| pytorch | bf16 |"):], "pytorch")))
-    assert bf16["MFU"] == f"{report.fmt(100 * rows['bf16']['gflops'] / (4 * PEAK), 2)}%"
+    assert bf16["MFU"] == f"{fmt(100 * rows['bf16']['gflops'] / (4 * PEAK), 2)}%"
 
 
 def test_schema_1_records_still_render_with_the_new_columns_empty(tmp_path):
@@ -274,12 +279,12 @@ def test_schema_1_records_still_render_with_the_new_columns_empty(tmp_path):
     cells = md_cells(md, "tensorflow")
     for head in ("step ms (median)", "IQR ms", "n", "compute samples/s", "first step s", "compile s", "host MiB",
                  "GFLOP/s", "MFU"):
-        assert cells[head] == report.EMPTY, head
-    assert cells["end-to-end samples/s"] != report.EMPTY and cells["accuracy"] == "0.900"
-    assert md_cells(md, "mxnet")["images/s"] != report.EMPTY       # an inference record's batches are its steps
+        assert cells[head] == EMPTY, head
+    assert cells["end-to-end samples/s"] != EMPTY and cells["accuracy"] == "0.900"
+    assert md_cells(md, "mxnet")["images/s"] != EMPTY       # an inference record's batches are its steps
     assert "No row names a run of `run_all.py`" in md
     line = md_cells(readme.read_text(), "tensorflow", "| framework | step ms")
-    assert line["step ms"] == report.EMPTY and line["accuracy"] == "0.900"
+    assert line["step ms"] == EMPTY and line["accuracy"] == "0.900"
     assert (tmp_path / "plots" / "tiny" / "cnn_cifar10.png").stat().st_size > 1000
 
 
@@ -302,8 +307,8 @@ def test_plots_show_throughput_and_learning_curves(tmp_path):
 
 def test_throughput_error_bars_come_from_the_quartiles_of_the_step_times():
     r = {"compute_samples_per_s": 100.0, "batch": 50.0, "step_q1_s": 0.4, "step_q3_s": 0.625}
-    assert report.throughput_error(r) == pytest.approx((100 - 80, 125 - 100))
-    assert report.throughput_error(r | {"step_q1_s": None}) == (0.0, 0.0)
+    assert throughput_error(r) == pytest.approx((100 - 80, 125 - 100))
+    assert throughput_error(r | {"step_q1_s": None}) == (0.0, 0.0)
 
 
 def test_densenet_auc_is_banded_only_at_the_full_profile(tmp_path):
@@ -345,7 +350,8 @@ def test_malformed_records_become_failed_rows_naming_file_and_problem(tmp_path):
     assert failed[("cnn_cifar10", "tensorflow")].startswith(f"{folder / 'cnn_cifar10__tensorflow.json'}: not JSON")
     assert failed[("cnn_cifar10", "jax")] == f"{folder / 'cnn_cifar10__jax.json'}: record lacks framework, variant, " \
                                              "status, profile, data, params, metrics, n_parameters, environment"
-    assert failed[("cnn_cifar10", "mxnet")] == f'{folder / "cnn_cifar10__mxnet.json"}: timing is str "fast", not an object'
+    assert failed[("cnn_cifar10", "mxnet")] == \
+        f'{folder / "cnn_cifar10__mxnet.json"}: timing is str "fast", not an object'
     assert failed[("notes", "?")] == f"{folder / 'notes.json'}: a record is a JSON object, not list"
     md = (tmp_path / "results.md").read_text()
     assert "| tensorflow | **failed**:" in md and "| pytorch | ok |" in md
@@ -362,7 +368,8 @@ def test_a_record_filed_under_another_name_is_a_failed_row(tmp_path):
     assert errors[("tiny", "jax")].endswith("cnn_cifar10__jax.json: the record is of cnn_cifar10__pytorch at profile "
                                             "tiny but is filed as cnn_cifar10__jax at tiny: move it, or run that "
                                             "notebook again")
-    assert "is of gru_imdb__pytorch at profile tiny but is filed as gru_imdb__pytorch at cpu" in errors[("cpu", "pytorch")]
+    assert "is of gru_imdb__pytorch at profile tiny but is filed as gru_imdb__pytorch at cpu" in \
+        errors[("cpu", "pytorch")]
 
 
 def test_an_error_with_pipes_and_newlines_stays_in_its_cell(tmp_path):
@@ -389,13 +396,13 @@ def test_the_band_judges_the_better_of_the_last_epochs_not_one_epochs_dip(tmp_pa
     # the better of its last two epochs it stays in the band; a framework that learns worse is low in both and stays
     # flagged, and a curve still rising is judged by its end (MXNet's Module CNN: 0.642 then 0.800).
     for framework, curve in (("pytorch", [0.60, 0.84, 0.85]), ("tensorflow", [0.62, 0.83, 0.84]),
-                             ("jax", [0.61, 0.85, 0.86]), ("chainer", [0.60, 0.86, 0.77]), ("mxnet", [0.50, 0.62, 0.64]),
-                             ("keras", [0.40, 0.70, 0.84])):
+                             ("jax", [0.61, 0.85, 0.86]), ("chainer", [0.60, 0.86, 0.77]),
+                             ("mxnet", [0.50, 0.62, 0.64]), ("keras", [0.40, 0.70, 0.84])):
         write(tmp_path, framework, curve[-1], task="gru_imdb", curve=curve)
     rows = report.build(tmp_path)
     assert {r["framework"]: r["band"] for r in rows} == {"pytorch": "in", "tensorflow": "in", "jax": "in",
                                                         "chainer": "in", "mxnet": "outside", "keras": "in"}
-    assert [line.split(":")[0] for line in report.flagged(rows)] == ["gru_imdb/mxnet (tiny)"]
+    assert [line.split(":")[0] for line in flagged(rows)] == ["gru_imdb/mxnet (tiny)"]
 
 
 def test_the_band_counts_each_framework_once(tmp_path):
@@ -415,7 +422,7 @@ def test_the_band_counts_each_framework_once(tmp_path):
 def test_readme_lines_of_mixed_profiles_are_labelled(tmp_path):
     for framework, profile in (("pytorch", "cpu"), ("tensorflow", "tiny"), ("pytorch", "tiny")):
         write(tmp_path, framework, 0.9, task="gru_imdb", profile=profile)
-    table = report.readme_table(report.load_rows(tmp_path), "box")
+    table = readme_table(report.load_rows(tmp_path), "box")
     assert "compare times only between lines of one profile" in table
     lines = [line for line in table.splitlines() if line.startswith("| ")]
     assert lines[0].startswith("| framework | profile | step ms |")
@@ -426,9 +433,9 @@ def test_a_run_that_shared_the_machine_shows_no_time_and_no_mfu(tmp_path):
     write(tmp_path, "pytorch", 0.9, run="r1", compile_s=0.5, timed=False)
     run_file(tmp_path, "r1")
     (row,) = report.build(tmp_path)
-    assert all(row[k] is None for k in report.TIMING_COLUMNS) and row["host_peak_bytes"]
+    assert all(row[k] is None for k in TIMING_COLUMNS) and row["host_peak_bytes"]
     cells = md_cells((tmp_path / "results.md").read_text(), "pytorch")
-    assert cells["step ms (median)"] == "not timed" and cells["MFU"] == report.EMPTY
+    assert cells["step ms (median)"] == "not timed" and cells["MFU"] == EMPTY
     assert "no timed step in this run to compare it with" in (tmp_path / "results.md").read_text()
 
 
@@ -448,7 +455,7 @@ def test_a_line_run_on_several_seeds_is_judged_by_their_mean(tmp_path):
     assert bands[("jax", "")] == bands[("jax", "seed43")] == ("in", 0.8233)
     assert bands[("mxnet", "")] == bands[("mxnet", "seed44")] == ("outside", 0.72)
     assert {round(r["band_median"], 6) for r in rows} == {0.80}     # each framework once, by its seeds' mean
-    assert report.flagged(rows)[0] == ("gru_imdb/mxnet (tiny): accuracy 0.720 (the better of its last 2 epochs, the "
+    assert flagged(rows)[0] == ("gru_imdb/mxnet (tiny): accuracy 0.720 (the better of its last 2 epochs, the "
                                        "mean over 3 seeds) is more than 0.05 from the median 0.800 of the frameworks")
 
 
@@ -464,14 +471,34 @@ def test_machines_side_by_side_give_each_line_its_ratio_to_the_reference(tmp_pat
     (tmp_path / "old" / "results.csv").write_text("task,framework,status,profile,samples_per_s\n"
                                                   "cnn_cifar10,pytorch,ok,tiny,210.5\n")
     readme = tmp_path / "README.md"
-    readme.write_text(f"top\n{report.MACHINES_START}\nold\n{report.MACHINES_END}\nbottom\n")
-    index = report.write_machines(tmp_path, readme).read_text()
+    readme.write_text(f"top\n{MACHINES_START}\nold\n{MACHINES_END}\nbottom\n")
+    index = write_machines(tmp_path, readme).read_text()
     assert "| framework | `fast` (reference) | `slow` |" in index
     pytorch = md_row(index, "pytorch")
     assert pytorch[2].endswith("(×0.5)") and "×" not in pytorch[1]
-    assert md_row(index, "jax")[2] == report.EMPTY
+    assert md_row(index, "jax")[2] == EMPTY
     assert "- [`fast`](fast/results.md): 2 baseline lines" in index
     assert "- [`old`](old/results.md): no line with a steady-state step time" in index and "`old` |" not in index
     text = readme.read_text()
     assert text.startswith("top\n") and text.endswith("bottom\n") and "old" not in text
     assert "| framework | `fast` (reference) | `slow` |" in text
+
+
+def test_a_table_is_data_until_its_markdown_escapes_and_emphasises_it():
+    """The tables hold plain text; only the rendering escapes a pipe, folds a line break and marks emphasis."""
+    table = Table(["framework", "step ms"], [False, True],
+                  [["jax", "12.5"], [(strong("failed"), Span(": shapes (4|8)\nand (8|2)")), EMPTY]],
+                  note="† a note")
+    assert markdown_table(table) == ("| framework | step ms |\n|---|---:|\n| jax | 12.5 |\n"
+                                     "| **failed**: shapes (4\\|8) and (8\\|2) | — |\n\n† a note")
+    assert markdown((Span("Profile "), Span("cpu", "code"))) == "Profile `cpu`"
+
+
+def test_the_command_rebuilds_one_machine_and_refuses_a_missing_folder_in_one_line(tmp_path, capsys):
+    write(tmp_path, "pytorch", 0.9)
+    assert report.main([str(tmp_path)]) == 0
+    assert (tmp_path / "results.md").exists() and "wrote " in capsys.readouterr().out
+    with pytest.raises(SystemExit) as stop:
+        report.main([str(tmp_path / "nowhere")])
+    assert str(stop.value) == (f"python -m scripts.report: {tmp_path / 'nowhere'} is no folder: give a machine's "
+                               "results folder, results/<machine>")

@@ -2,8 +2,8 @@
 
 The browser is Debian's `chromium`, driven by playwright (whose own browser downloads are never used).
 The set-up installs it (scripts/setup_envs.py, as root with apt-get, as `make test` and CI run it); the tests
-install nothing, and where it is missing they skip, saying how to install it. Screenshots go to pytest's temporary folder,
-or to $DLR_SCREENSHOTS, and their paths are printed.
+install nothing, and where it is missing they skip, saying how to install it. Screenshots go to pytest's temporary
+folder, or to $DLR_SCREENSHOTS, and their paths are printed.
 """
 import os
 import shutil
@@ -14,6 +14,9 @@ import nbformat
 import pytest
 
 from scripts import build_site, report, setup_envs, suite
+from scripts.report.rows import baseline
+from scripts.report.tables import results_table
+from support import records
 
 MACHINE = suite.ROOT / "results" / "cpu-2c-amd-epyc-f26m2s1"   # committed results: every task at profile cpu
 PROFILE = "cpu"
@@ -98,9 +101,9 @@ def test_every_framework_and_section_is_on_the_page(site, page, task):
 def test_each_page_opens_with_its_results_and_plot(site, page, task):
     page.goto((site / f"{task}.html").as_uri())
     rows = [r for r in report.load_rows(MACHINE) if r["task"] == task and r["profile"] == PROFILE]
-    baseline = report.baseline(rows)          # the page shows the baseline runs; results.md has the variants
-    assert page.locator(".results table tbody tr").count() == len(baseline)
-    assert len(baseline) < len(rows)          # every task's variants are in the committed results
+    shown = baseline(rows)          # the page shows the baseline runs; results.md has the variants
+    assert page.locator(".results table tbody tr").count() == len(shown)
+    assert len(shown) < len(rows)          # every task's variants are in the committed results
     text = page.inner_text(".results .provenance")
     assert f"Profile cpu on {MACHINE.name}; data: synthetic" in text and "Python 3.11" in text
     assert page.eval_on_selector(".results img.plot", "img => img.complete && img.naturalWidth") > 500
@@ -115,7 +118,8 @@ def test_columns_link_to_existing_notebooks_and_executed_copies(site, page):
     assert "mxnet_module" in frameworks("cnn_cifar10")
     executed = [text for text, _ in paths if text.startswith("executed")]
     assert len(executed) == sum(len(suite.variants("cnn_cifar10", f)) for f in suite.FRAMEWORKS)
-    assert {"executed (tensorflow)", "executed (jax)", "executed (torch)", "executed (gluon)", "executed (module)"} <= set(executed)
+    assert {"executed (tensorflow)", "executed (jax)", "executed (torch)", "executed (gluon)",
+            "executed (module)"} <= set(executed)
     assert all(p.exists() for _, p in paths), [p for _, p in paths if not p.exists()]
 
 
@@ -157,7 +161,8 @@ def test_the_index_has_the_matrix_of_notebooks_and_runs(site, page, screenshots)
     assert page.eval_on_selector_all(".matrix tbody tr", "rows => rows.map(r => r.dataset.row)") == rows
     records = [r for r in report.load_records(MACHINE) if r["profile"] == PROFILE and not r.get("matrix")]
     assert page.locator(".matrix .status.ok").count() == sum(r["status"] == "ok" for r in records) == len(records)
-    assert page.get_attribute('tr[data-row="jax"] td[data-task="cnn_cifar10"] a', "href") == "cnn_cifar10.html#pytorch,jax"
+    link = page.get_attribute('tr[data-row="jax"] td[data-task="cnn_cifar10"] a', "href")
+    assert link == "cnn_cifar10.html#pytorch,jax"
     page.screenshot(path=screenshots / "index.png", full_page=True)
 
 
@@ -181,6 +186,25 @@ def test_a_task_without_results_still_shows_its_notebooks(tmp_path):
     text = (index.parent / "gru_imdb.html").read_text()
     assert "No results for this task on <code>new-machine</code>" in text and 'data-section="Train"' in text
     assert "No results for this machine yet" in index.read_text()
+
+
+def test_the_results_table_is_the_reports_table_data_as_html_with_every_cell_escaped(tmp_path):
+    """The task page's table is made from the same cells as results.md's (`tables.results_table`), not from its
+    Markdown: the same heads and rows, a failed row's status in bold, an error's markup and pipes shown as text."""
+    from tests.test_report import write
+    machine = tmp_path / "box"
+    write(machine, "pytorch", 0.9)
+    error = "ValueError: <script>alert(1)</script> (4|8) **not bold**"
+    records.atomic_write_json(machine / "records" / "tiny" / "cnn_cifar10__jax.json",
+                              records.failed("cnn_cifar10", "jax", "", "tiny", "here", "failed", error))
+    page = (build_site.build(machine, profile="tiny").parent / "cnn_cifar10.html").read_text()
+    table = results_table(baseline([r for r in report.load_rows(machine) if r["task"] == "cnn_cifar10"]))
+    html = page.split('<div class="table">', 1)[1].split("</table>", 1)[0]
+    assert html.count("</th>") == len(table.header) and html.count("<tr>") == 1 + len(table.rows) == 3
+    assert '<th class="num">step ms (median)</th>' in html and "<td>pytorch</td><td>ok</td>" in html
+    assert ("<td>jax</td><td><strong>failed</strong>: ValueError: &lt;script&gt;alert(1)&lt;/script&gt; (4|8) "
+            "**not bold**</td>") in html
+    assert "alert(1)</script>" not in page and 'Profile <code>tiny</code> on <code>box</code>' in page
 
 
 # The concordance's rows: every concept a task's notebooks must tag, each written as its framework's tutorial would
@@ -210,8 +234,8 @@ def test_the_concordance_has_every_concept_of_every_task_in_every_framework(site
             assert [f for f, _, _ in cells] == frameworks(task), (task, concept)
             assert all(shown and links for _, shown, links in cells), (task, concept, cells)
     page.goto((site / "concordance.html").as_uri())            # the default pair, as a reader first sees it
-    assert all(page.locator(f'.concordance .col[data-framework="{f}"]').first.is_visible() is (f in ("pytorch", "tensorflow"))
-               for f in suite.FRAMEWORKS)
+    assert all(page.locator(f'.concordance .col[data-framework="{f}"]').first.is_visible()
+               is (f in ("pytorch", "tensorflow")) for f in suite.FRAMEWORKS)
     path = screenshots / "concordance.png"
     page.screenshot(path=path)
     assert path.stat().st_size > 50_000
@@ -265,8 +289,10 @@ def test_a_notebook_without_a_concept_stops_the_build_with_its_name(tmp_path, ca
 
     path = edited_notebooks(tmp_path, "gru_imdb", "chainer", untag)
     err = build_fails(tmp_path, capsys)
-    assert err.startswith(f"build_site.py: {path} has no cell tagged 'concept:compile' (Compile), which pytorch.ipynb, ")
-    assert err.rstrip().endswith("tag the cell that does it, or the markdown cell that says why this framework needs none")
+    assert err.startswith(f"build_site.py: {path} has no cell tagged 'concept:compile' (Compile), which "
+                          "pytorch.ipynb, ")
+    assert err.rstrip().endswith("tag the cell that does it, or the markdown cell that says why this framework "
+                                 "needs none")
     assert err.count("\n") == 1
 
 
@@ -277,7 +303,8 @@ def test_an_unknown_concept_tag_stops_the_build_with_its_name(tmp_path, capsys):
 
     path = edited_notebooks(tmp_path, "cnn_cifar10", "jax", mistag)
     err = build_fails(tmp_path, capsys)
-    assert err.startswith(f"build_site.py: {path}: cell ") and "has the tag 'concept:losses', which is no concept" in err
+    assert err.startswith(f"build_site.py: {path}: cell ")
+    assert "has the tag 'concept:losses', which is no concept" in err
     assert "concept:loss, concept:compile, concept:gradient" in err and err.count("\n") == 1
 
 
