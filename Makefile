@@ -10,7 +10,7 @@ MODERN := .venvs/modern/bin/python
 .PHONY: envs run test test-matrix
 
 envs:
-	$(PYTHON) scripts/setup_envs.py
+	$(PYTHON) -m scripts.setup_envs
 
 run: envs
 	$(MODERN) scripts/run_all.py $(ARGS)

@@ -1,21 +1,26 @@
 #!/usr/bin/env python3
 """Build the project's pinned environments and register them as Jupyter kernels.
 
-    python3 scripts/setup_envs.py              # both environments, rebuilt only when pins change, and the
-                                               # system packages the tests need (chromium), where missing
-    python3 scripts/setup_envs.py legacy       # one of them
-    python3 scripts/setup_envs.py --force      # rebuild even if the pins are unchanged
-    python3 scripts/setup_envs.py --lock modern  # re-resolve requirements/modern.in into modern.txt
-    python3 scripts/setup_envs.py --lock modern-cuda   # likewise a CUDA lock set (by resolution alone)
+Run from the repository root, with any Python 3:
 
-Each environment is a virtual environment in `.venvs/<name>` made with Python 3.11 and
-installed from the exact pins of one lock set, `requirements/<lock set>.txt` (plus
-`requirements/<name>-constraints.txt` for build-time pins, where it exists, after the user's
-own pip constraints). A stamp file holds a hash of what it was built from and where, so a
-second call costs a second and a moved or copied checkout gets rebuilt. Both kernels are
-registered in the modern environment's prefix, where the runner's Jupyter finds them, and
-the repository root is put on each environment's path (relative to it) so that notebooks
-`import support`.
+    python3 -m scripts.setup_envs              # both environments, rebuilt only when pins change, and the
+                                               # system packages the tests need (chromium), where missing
+    python3 -m scripts.setup_envs legacy       # one of them
+    python3 -m scripts.setup_envs --force      # rebuild even if the pins are unchanged
+    python3 -m scripts.setup_envs --lock modern       # re-resolve requirements/modern.in into modern.txt
+    python3 -m scripts.setup_envs --lock modern-cuda  # likewise a CUDA lock set (by resolution alone)
+
+Each environment is a virtual environment in `.venvs/<name>` made with Python 3.11 and installed by pip alone
+from the exact pins of one lock set, `requirements/<lock set>.txt`, each pin with its files' hashes
+(`--require-hashes`; plus `requirements/<name>-constraints.txt` for build-time pins, where it exists, after the
+user's own pip constraints). Then the project itself (pyproject.toml) is installed into it editable, offline,
+so that notebooks `import support` from this checkout and the modern environment has the `dlr-*` commands.
+A stamp file holds a hash of what it was built from and where, so a second call costs a second and a moved or
+copied checkout gets rebuilt. Both kernels are registered in the modern environment's prefix, where the
+runner's Jupyter finds them.
+
+`--lock` resolves with uv (UV, from a small tool environment `.venvs/uv` made on first use; nothing else needs
+it), for Python 3.11 on x86-64 Linux (PLATFORM), holding the pins already in the lock file as constraints.
 
 Which lock sets (scripts/suite.py, LOCK_SETS): on a machine without an NVIDIA GPU, the CPU sets
 `modern` and `legacy`. Where `nvidia-smi` answers, the CUDA sets: `modern-cuda` (PyTorch and JAX on
@@ -41,12 +46,17 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import suite  # noqa: E402
+if __package__ != "scripts":     # run as a file, `scripts` is not importable: say how to run it instead
+    sys.exit("setup_envs.py: run it as a module from the repository root: python3 -m scripts.setup_envs")
+
+from scripts import suite
+from support import hardware  # standard library only, as suite
 
 PYTHON_VERSION = (3, 11)
 STAMP = ".dlr-stamp"
-BUILD_VERSION = 2   # bump when build() changes how an environment is made, to rebuild existing ones
+BUILD_VERSION = 3   # bump when build() changes how an environment is made, to rebuild existing ones
+UV = "uv==0.13.8"   # resolves and hashes the lock sets (`--lock` only; a build needs nothing but pip)
+PLATFORM = "x86_64-manylinux_2_28"   # what every lock set is resolved for: x86-64 Linux, glibc 2.28 or newer
 
 
 def find_python() -> str:
@@ -72,7 +82,8 @@ def user_constraints(python) -> list[str]:
     if os.environ.get("PIP_CONSTRAINT"):
         return os.environ["PIP_CONSTRAINT"].split()
     cmd = [str(python), "-m", "pip", "config", "list"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, PIP_DISABLE_PIP_VERSION_CHECK="1"))
+    proc = subprocess.run(cmd, check=False, capture_output=True, text=True,
+                          env=dict(os.environ, PIP_DISABLE_PIP_VERSION_CHECK="1"))
     if proc.returncode:
         why = (proc.stderr.strip().splitlines() or [f"exit status {proc.returncode}"])[-1]
         sys.exit(f"setup_envs.py: `{' '.join(cmd)}` failed ({why}): fix pip's configuration, "
@@ -123,18 +134,10 @@ FORCE = "DLROSETTA_GPU"      # "cpu" or "cuda": build those lock sets whatever n
 def nvidia_gpu() -> dict | None:
     """The first GPU nvidia-smi lists: {"name", "driver" (its version string), "capability"}; None where there is
     no nvidia-smi or it answers nothing usable (no driver loaded, no GPU)."""
-    exe = shutil.which("nvidia-smi")
-    if not exe:
+    gpus = hardware.nvidia_smi("name", "driver_version", "compute_cap")
+    if not gpus or not all(gpus[0].values()):
         return None
-    try:
-        proc = subprocess.run([exe, "--query-gpu=name,driver_version,compute_cap", "--format=csv,noheader"],
-                              capture_output=True, text=True, timeout=60)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    fields = [f.strip() for f in (proc.stdout.strip().splitlines() or [""])[0].split(",")]
-    if proc.returncode or len(fields) != 3 or not all(fields):
-        return None
-    return {"name": fields[0], "driver": fields[1], "capability": fields[2]}
+    return {"name": gpus[0]["name"], "driver": gpus[0]["driver_version"], "capability": gpus[0]["compute_cap"]}
 
 
 def version_tuple(text: str) -> tuple:
@@ -196,18 +199,12 @@ def up_to_date(python: str, env: str, lock_set: str | None = None) -> bool:
             and suite.venv_python(env).exists())
 
 
-def site_packages(env: str) -> str:
-    return subprocess.run([suite.venv_python(env), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                          capture_output=True, text=True, check=True).stdout.strip()
-
-
-def write_path_file(env: str) -> Path:
-    """Put the checkout on the environment's path: a `.pth` line relative to site-packages, which
-    `site` resolves against that folder, so a moved or copied checkout imports its own `support`."""
-    site = site_packages(env)
-    path = Path(site, "dlrosetta.pth")
-    path.write_text(os.path.relpath(suite.ROOT, site) + "\n")
-    return path
+def install_project(env: str) -> None:
+    """Install this checkout (pyproject.toml) into the environment, editable: its packages import from the
+    checkout, and its commands land in the environment's bin/. Offline and without dependencies (the lock file
+    installed them): the lock set's own setuptools builds it (legacy.in pins wheel for its setuptools 65.5)."""
+    run([suite.venv_python(env), "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", "--no-index",
+         "--editable", suite.ROOT], env=dict(os.environ, PIP_DISABLE_PIP_VERSION_CHECK="1"))
 
 
 def build(python: str, env: str, force: bool, lock_set: str | None = None) -> None:
@@ -221,9 +218,9 @@ def build(python: str, env: str, force: bool, lock_set: str | None = None) -> No
         print(f"{env}: moved from {moved} to {venv}; rebuilding it (its scripts name the old path)", flush=True)
     print(f"{env}: building {venv} from requirements/{lock_set}.txt", flush=True)
     run([python, "-m", "venv", "--clear", venv])
-    run([suite.venv_python(env), "-m", "pip", "install", "--quiet", "-r",
+    run([suite.venv_python(env), "-m", "pip", "install", "--quiet", "--require-hashes", "-r",
          suite.REQUIREMENTS / f"{lock_set}.txt"], env=pip_environ(env, suite.venv_python(env)))
-    write_path_file(env)
+    install_project(env)
     write_stamp(python, env, lock_set)
     print(f"{env}: built in {time.time() - start:.0f} s")
 
@@ -260,7 +257,7 @@ def system_packages() -> str | None:
                        (["apt-get", "install", "-y", "--no-install-recommends", *SYSTEM_PACKAGES], 600)):
         print("+", " ".join(cmd), flush=True)
         try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=limit, env=environ,
+            proc = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=limit, env=environ,
                                   stdin=subprocess.DEVNULL)
         except subprocess.TimeoutExpired:
             return f"`{' '.join(cmd)}` took over {limit} s: {how}"
@@ -270,26 +267,47 @@ def system_packages() -> str | None:
     return None if CHROMIUM.exists() else f"apt-get installed chromium but {CHROMIUM} is not there: {how}"
 
 
+def uv(python: str) -> Path:
+    """The pinned uv (UV), from its own small environment, .venvs/uv, made on first use."""
+    venv = suite.VENVS / "uv"
+    exe = venv / "bin" / "uv"
+    try:
+        found = subprocess.run([exe, "--version"], check=False, capture_output=True, text=True).stdout.split()[1:2]
+    except OSError:
+        found = []
+    if found != [UV.split("==")[1]]:
+        run([python, "-m", "venv", "--clear", venv])
+        run([venv / "bin" / "python", "-m", "pip", "install", "--quiet", UV],
+            env=dict(os.environ, PIP_DISABLE_PIP_VERSION_CHECK="1"))
+    return exe
+
+
 def lock(python: str, name: str) -> None:
-    """Resolve requirements/<name>.in (a lock set, suite.LOCK_SETS) and write every exact pin to <name>.txt: pip's
-    resolution alone, in a scratch venv (`install --dry-run --report`: each wheel's metadata, no CUDA wheel
-    downloaded), so a CUDA lock set is locked on any machine. A CPU set also writes its conda file."""
+    """Resolve requirements/<name>.in (a lock set, suite.LOCK_SETS) with uv and write every exact pin, with the
+    sha256 of each of its files, to <name>.txt. uv resolves from the packages' metadata for Python 3.11 on
+    PLATFORM (no CUDA wheel downloaded, so a CUDA lock set is locked on any machine), with the environment's
+    build-time constraints, and holds the pins already in <name>.txt as constraints: adding a line to the .in file
+    changes no other pin (delete <name>.txt first to re-resolve everything). A CPU set also writes its conda file."""
     lock_set = suite.LOCK_SETS[name]
+    target = suite.REQUIREMENTS / f"{name}.txt"
+    build_pins = suite.REQUIREMENTS / f"{lock_set.environment}-constraints.txt"
     with tempfile.TemporaryDirectory() as tmp:
-        run([python, "-m", "venv", tmp])
-        pip = [Path(tmp, "bin", "python"), "-m", "pip"]
-        run(pip + ["install", "--quiet", "--upgrade", "pip==25.3"])      # --report, and PEP 658 metadata
-        report = Path(tmp, "report.json")
-        run(pip + ["install", "--quiet", "--dry-run", "--ignore-installed", "--report", report,
-                   "-r", suite.REQUIREMENTS / f"{name}.in"], env=pip_environ(lock_set.environment, pip[0]))
-        installed = json.loads(report.read_text())["install"]
-    pinned = sorted((f"{item['metadata']['name']}=={item['metadata']['version']}" for item in installed),
-                    key=lambda pin: (pin.lower(), pin))
+        held, out = Path(tmp, "held.txt"), Path(tmp, f"{name}.txt")
+        held.write_text("".join(f"{pin}\n" for pin in (pins(name) if target.exists() else [])))
+        cmd = [uv(python), "pip", "compile", suite.REQUIREMENTS / f"{name}.in", "--generate-hashes",
+               "--python", python, "--python-version", "3.11", "--python-platform", PLATFORM,
+               "--no-header", "--no-annotate", "--quiet", "-c", held, "-o", out]
+        if build_pins.exists():       # as pip applies PIP_CONSTRAINT: to the environment and to source builds
+            cmd += ["-c", build_pins, "--build-constraints", build_pins]
+        run(cmd)
+        body = out.read_text()
     header = (f"# Exact pins of the `{name}` lock set of the `{lock_set.environment}` environment "
-              f"({lock_set.why}).\n"
-              f"# Generated from {name}.in by `python3 scripts/setup_envs.py --lock {name}`; "
-              "edit the .in file, not this one.\n")
-    (suite.REQUIREMENTS / f"{name}.txt").write_text(header + "\n".join(pinned) + "\n")
+              f"({lock_set.why}),\n"
+              f"# each with the sha256 of its files: `pip install --require-hashes -r {name}.txt`.\n"
+              f"# Generated from {name}.in by `python3 -m scripts.setup_envs --lock {name}`, which holds the pins\n"
+              f"# already here ({UV} pip compile --generate-hashes for Python 3.11 on {PLATFORM});\n"
+              "# edit the .in file, not this one.\n")
+    target.write_text(header + body)
     if lock_set.cuda is None:
         write_conda_file(name)
         print(f"wrote requirements/{name}.txt and {conda_file(name).name}")
@@ -301,17 +319,17 @@ def conda_file(env: str) -> Path:
     return suite.ROOT / ("environment.yml" if env == "modern" else f"environment-{env}.yml")
 
 
-def pins(env: str) -> list[str]:
-    """The exact `name==version` lines of requirements/<env>.txt."""
-    lines = (suite.REQUIREMENTS / f"{env}.txt").read_text().splitlines()
-    return [line.strip() for line in lines if line.strip() and not line.startswith("#")]
+def pins(lock_set: str) -> list[str]:
+    """The exact `name==version` of each requirement of requirements/<lock_set>.txt, without its hashes."""
+    lines = (suite.REQUIREMENTS / f"{lock_set}.txt").read_text().splitlines()
+    return [line.split()[0] for line in lines if line[:1].isalnum()]
 
 
 def write_conda_file(env: str) -> None:
     """The same environment for conda users: Python 3.11 from conda-forge, every pin through pip."""
     lines = [f"# The `{env}` environment for conda: {suite.ENVIRONMENTS[env]}.",
-             f"# Generated with requirements/{env}.txt by `python3 scripts/setup_envs.py --lock {env}`; "
-             "a test keeps the two in step.",
+             (f"# Generated with requirements/{env}.txt by `python3 -m scripts.setup_envs --lock {env}`; "
+              "a test keeps the two in step."),
              f"name: dlr-{env}", "channels:", "  - conda-forge", "dependencies:", "  - python=3.11", "  - pip",
              "  - pip:"] + [f"      - {pin}" for pin in pins(env)]
     conda_file(env).write_text("\n".join(lines) + "\n")

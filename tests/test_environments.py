@@ -1,10 +1,12 @@
-"""The pinned environments: exact pins, conda files in step, a clear error without Python 3.11."""
-import json
+"""The pinned environments: exact pins with their hashes, conda files in step, the project installed editable,
+a clear error without Python 3.11."""
+import importlib
 import os
 import re
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -33,12 +35,48 @@ def pinned(lock_set: str) -> dict[str, str]:
     return {normal(p.split("==")[0]): p.split("==")[1] for p in setup_envs.pins(lock_set)}
 
 
+def hashes(lock_set: str) -> dict[str, list[str]]:
+    """{pin: its --hash values} of requirements/<lock_set>.txt."""
+    found, pin = {}, None
+    for line in (suite.REQUIREMENTS / f"{lock_set}.txt").read_text().splitlines():
+        if line[:1].isalnum():
+            pin = line.split()[0]
+            found[pin] = []
+        elif line.strip().startswith("--hash="):
+            found[pin].append(line.split("=", 1)[1].rstrip(" \\"))
+    return found
+
+
 @pytest.mark.parametrize("lock_set", suite.LOCK_SETS)
 def test_every_requirement_is_pinned_exactly(lock_set):
     pins = setup_envs.pins(lock_set)
     assert pins and all(re.fullmatch(r"[A-Za-z0-9_.\-\[\]]+==[^=\s]+", p) for p in pins), pins
     wanted, names = requested(suite.REQUIREMENTS / f"{lock_set}.in"), set(pinned(lock_set))
     assert wanted <= names, f"{lock_set}.in names missing from {lock_set}.txt: {wanted - names}"
+
+
+@pytest.mark.parametrize("lock_set", suite.LOCK_SETS)
+def test_every_pin_carries_the_sha256_of_its_files_so_pip_installs_with_require_hashes(lock_set):
+    found = hashes(lock_set)
+    assert list(found) == setup_envs.pins(lock_set)
+    unhashed = [pin for pin, values in found.items()
+                if not values or not all(re.fullmatch(r"sha256:[0-9a-f]{64}", v) for v in values)]
+    assert not unhashed, f"{lock_set}.txt: pins without sha256 hashes: {unhashed}"
+    assert "python3 -m scripts.setup_envs --lock" in (suite.REQUIREMENTS / f"{lock_set}.txt").read_text()
+
+
+@pytest.mark.parametrize("lock_set", suite.LOCK_SETS)
+def test_every_lock_set_asks_for_what_support_imports_and_the_setuptools_of_the_editable_install(lock_set):
+    """Every kernel runs support/, which imports these itself; the set-up builds the project with setuptools."""
+    assert {"filelock", "pooch", "jsonschema", "setuptools"} <= requested(suite.REQUIREMENTS / f"{lock_set}.in")
+    assert pinned(lock_set)["pooch"] == "1.9.0" and pinned(lock_set)["jsonschema"] == "4.26.0"
+
+
+def test_the_modern_sets_hold_the_report_and_the_linter_and_legacy_holds_jsonschema_at_moderns_versions():
+    for lock_set in ("modern", "modern-cuda"):
+        assert pinned(lock_set)["tabulate"] == "0.10.0" and pinned(lock_set)["ruff"] == "0.17.5"
+    stack = ("jsonschema", "jsonschema-specifications", "referencing", "rpds-py", "attrs")
+    assert {name: pinned("legacy")[name] for name in stack} == {name: pinned("modern")[name] for name in stack}
 
 
 @pytest.mark.parametrize("lock_set", suite.LOCK_SETS)
@@ -85,15 +123,52 @@ def test_numpy_pins_split_the_environments():
 def test_built_environment_matches_its_pins(env):
     frozen = subprocess.run([str(suite.venv_python(env)), "-m", "pip", "freeze", "--all", "--exclude", "pip"],
                             capture_output=True, text=True, check=True).stdout.split()
-    pinned = {p.lower() for p in setup_envs.pins(env)}
-    assert pinned <= {f.lower() for f in frozen if "==" in f}
+    pins = {normal(p.split("==")[0]): p.split("==")[1] for p in frozen if "==" in p}
+    assert pinned(env).items() <= pins.items()
+
+
+@pytest.mark.parametrize("env", suite.ENVIRONMENTS)
+def test_built_environment_has_this_checkout_installed_editable_with_its_commands(env, tmp_path):
+    code = "import importlib.metadata as m, support, scripts; print(support.__file__); print(m.version('dlrosetta'))"
+    proc = subprocess.run([str(suite.venv_python(env)), "-I", "-c", code], check=False, capture_output=True, text=True,
+                          cwd=tmp_path)       # -I, elsewhere: not from the cwd
+    assert proc.returncode == 0, proc.stderr
+    where, version = proc.stdout.split()
+    assert Path(where) == suite.ROOT / "support" / "__init__.py"
+    assert version == tomllib.loads((suite.ROOT / "pyproject.toml").read_text())["project"]["version"]
+    assert not list((suite.VENVS / env).glob("lib/python*/site-packages/dlrosetta.pth"))    # the old path file
+    assert (suite.VENVS / env / "bin" / "dlr-run").exists()
+
+
+def test_each_command_of_the_package_names_a_main_that_exists():
+    commands = tomllib.loads((suite.ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    assert commands == {"dlr-run": "scripts.run_all:main", "dlr-report": "scripts.report:main",
+                        "dlr-site": "scripts.build_site:main", "dlr-setup": "scripts.setup_envs:main"}
+    for target in commands.values():
+        module, _, function = target.partition(":")
+        assert callable(getattr(importlib.import_module(module), function, None)), f"{target} does not exist"
+
+
+def setup_command(*args):
+    return subprocess.run([sys.executable, "-m", "scripts.setup_envs", *args], check=False, capture_output=True,
+                          text=True, cwd=suite.ROOT, env={**os.environ, "DLROSETTA_GPU": "cpu"})
 
 
 def test_built_environments_are_up_to_date_so_setup_would_skip_them():
-    proc = subprocess.run([sys.executable, str(suite.ROOT / "scripts" / "setup_envs.py"), "--check"],
-                          capture_output=True, text=True, env={**os.environ, "DLROSETTA_GPU": "cpu"})
+    proc = setup_command("--check")
     assert proc.stdout.splitlines() == ["modern: up to date (lock set modern)",
                                         "legacy: up to date (lock set legacy)"] and proc.returncode == 0
+
+
+def test_running_the_set_up_as_a_file_says_to_run_it_as_a_module():
+    proc = subprocess.run([sys.executable, str(suite.ROOT / "scripts" / "setup_envs.py"), "--check"],
+                          check=False, capture_output=True, text=True, cwd=suite.ROOT)
+    assert proc.returncode == 1
+    assert proc.stderr == "setup_envs.py: run it as a module from the repository root: python3 -m scripts.setup_envs\n"
+
+
+def test_the_set_up_and_the_tests_share_one_suite_module():
+    assert setup_envs.suite is suite
 
 
 def test_missing_python_311_is_one_clear_error(monkeypatch):
@@ -106,28 +181,24 @@ def test_missing_python_311_is_one_clear_error(monkeypatch):
 
 
 def test_unknown_environment_is_named():
-    proc = subprocess.run([sys.executable, str(suite.ROOT / "scripts" / "setup_envs.py"), "ancient"],
-                          capture_output=True, text=True, env={**os.environ, "DLROSETTA_GPU": "cpu"})
+    proc = setup_command("ancient")
     assert proc.returncode == 1 and "unknown environment 'ancient'; choose from: modern, legacy" in proc.stderr
 
 
 def point_suite_at(root, monkeypatch):
-    """Make setup_envs see the checkout at `root`, as if the scripts were copied there. It imports
-    `suite` as a top-level module (it runs as a script), not as this file's `scripts.suite`."""
-    monkeypatch.setattr(setup_envs.suite, "ROOT", root)
-    monkeypatch.setattr(setup_envs.suite, "VENVS", root / ".venvs")
+    """Make setup_envs see the checkout at `root`, as if the scripts were copied there."""
+    monkeypatch.setattr(suite, "ROOT", root)
+    monkeypatch.setattr(suite, "VENVS", root / ".venvs")
 
 
 @pytest.fixture
 def checkout(tmp_path, monkeypatch):
-    """A small checkout: a `support` package and a venv without pip in .venvs/modern, its path file written."""
+    """A small checkout with a venv (without pip) in .venvs/modern."""
     root = tmp_path / "first" / "dl-rosetta"
-    (root / "support").mkdir(parents=True)
-    (root / "support" / "__init__.py").write_text("")
+    root.mkdir(parents=True)
     point_suite_at(root, monkeypatch)
     subprocess.run([setup_envs.find_python(), "-m", "venv", "--without-pip", str(root / ".venvs" / "modern")],
                    check=True)
-    setup_envs.write_path_file("modern")
     return root
 
 
@@ -143,25 +214,9 @@ def relocate(root, how, monkeypatch):
     return new
 
 
-def imported_support(root):
-    """The `support/__init__.py` that the checkout's environment imports (-I: not from the cwd or PYTHONPATH)."""
-    proc = subprocess.run([str(root / ".venvs" / "modern" / "bin" / "python"), "-I", "-c",
-                           "import support; print(support.__file__)"], capture_output=True, text=True, cwd=root.parent)
-    assert proc.returncode == 0, proc.stderr
-    return Path(proc.stdout.strip()).resolve()
-
-
 @pytest.mark.parametrize("how", ["copy", "move"])
-def test_a_copied_or_moved_checkout_imports_its_own_support(checkout, how, monkeypatch):
-    assert imported_support(checkout) == (checkout / "support" / "__init__.py").resolve()
-    new = relocate(checkout, how, monkeypatch)
-    assert imported_support(new) == (new / "support" / "__init__.py").resolve()
-    pth = next((new / ".venvs" / "modern").glob("lib/python*/site-packages/dlrosetta.pth")).read_text()
-    assert not Path(pth.strip()).is_absolute(), pth
-
-
-@pytest.mark.parametrize("how", ["copy", "move"])
-def test_a_copied_or_moved_environment_needs_a_build_and_build_says_why(checkout, how, monkeypatch, capsys):
+def test_a_copied_or_moved_environment_is_rebuilt_with_hashes_and_installs_the_new_checkout(checkout, how,
+                                                                                             monkeypatch, capsys):
     python = setup_envs.find_python()
     setup_envs.write_stamp(python, "modern")
     assert setup_envs.up_to_date(python, "modern") and setup_envs.moved_from("modern") is None
@@ -175,17 +230,17 @@ def test_a_copied_or_moved_environment_needs_a_build_and_build_says_why(checkout
     assert err.value.code == 1 and capsys.readouterr().out.splitlines() == ["modern: needs a build (lock set modern)"]
 
     commands = []
-
-    def run(cmd, **kwargs):        # record the first command (the venv rebuild), then stop
-        commands.append([str(c) for c in cmd])
-        raise StopIteration
-
-    monkeypatch.setattr(setup_envs, "run", run)
-    with pytest.raises(StopIteration):
-        setup_envs.build(python, "modern", force=False)
-    new_venv = new / ".venvs" / "modern"
+    monkeypatch.setattr(setup_envs, "run", lambda cmd, **kwargs: commands.append([str(c) for c in cmd]))
+    monkeypatch.setattr(setup_envs, "pip_environ", lambda env, python: {})
+    setup_envs.build(python, "modern", force=False)
+    new_venv, new_python = new / ".venvs" / "modern", str(new / ".venvs" / "modern" / "bin" / "python")
     assert f"modern: moved from {old_venv} to {new_venv}; rebuilding" in capsys.readouterr().out.splitlines()[0]
-    assert commands == [[python, "-m", "venv", "--clear", str(new_venv)]]
+    assert commands == [
+        [python, "-m", "venv", "--clear", str(new_venv)],
+        [new_python, "-m", "pip", "install", "--quiet", "--require-hashes", "-r", str(suite.REQUIREMENTS / "modern.txt")],
+        [new_python, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", "--no-index",
+         "--editable", str(new)]]
+    assert setup_envs.up_to_date(python, "modern") and setup_envs.moved_from("modern") is None
 
 
 LEGACY_CONSTRAINTS = str(suite.REQUIREMENTS / "legacy-constraints.txt")
@@ -234,11 +289,11 @@ def test_pip_applies_the_users_constraints_and_ours_from_a_path_with_spaces(tmp_
     requirements = tmp_path / "a checkout" / "requirements"     # pip would split this path: it gets a file: URI
     requirements.mkdir(parents=True)
     (requirements / "legacy-constraints.txt").write_text("dlr-project-pin<1\n")
-    monkeypatch.setattr(setup_envs.suite, "REQUIREMENTS", requirements)
+    monkeypatch.setattr(suite, "REQUIREMENTS", requirements)
     environ = setup_envs.pip_environ("legacy", sys.executable)
     for name in ("dlr-user-pin", "dlr-project-pin"):      # no such packages: pip stops at the constraint
         proc = subprocess.run([sys.executable, "-m", "pip", "install", "--dry-run", "--no-index", f"{name}==1"],
-                              capture_output=True, text=True, env=environ)
+                              check=False, capture_output=True, text=True, env=environ)
         assert f"(constraint) {name}<1" in proc.stdout + proc.stderr, proc.stdout + proc.stderr
 
 
@@ -303,7 +358,6 @@ def test_an_unknown_gpu_choice_is_one_line(monkeypatch):
 
 
 def test_the_runner_reads_the_choice_tensorflow_lines_go_to_their_gpu_environment(tmp_path, monkeypatch):
-    monkeypatch.setattr(setup_envs.suite, "VENVS", tmp_path)     # setup_envs imports `suite` as a top-level module
     monkeypatch.setattr(suite, "VENVS", tmp_path)
     assert suite.chosen_lock_sets() == {"modern": "modern", "legacy": "legacy"}     # nothing written: CPU sets
     setup_envs.write_choice("cuda", {"name": "H100", "driver": "580.82.07", "capability": "9.0"},
@@ -319,28 +373,77 @@ def test_the_runner_reads_the_choice_tensorflow_lines_go_to_their_gpu_environmen
     assert suite.run_environment("tensorflow", {}) == "modern"                      # unreadable: CPU sets
 
 
-def test_a_lock_set_is_locked_by_resolution_alone(tmp_path, monkeypatch):
-    """`--lock` asks pip for its resolution (`install --dry-run --report`), installs nothing and downloads no CUDA
-    wheel, and writes the report's pins; a CUDA set has no conda file."""
-    monkeypatch.setattr(setup_envs.suite, "REQUIREMENTS", tmp_path)
-    (tmp_path / "tensorflow-cuda.in").write_text("tensorflow[and-cuda]==2.21.0\n")
-    commands = []
+UV_OUTPUT = """keras==3.15.1 \\
+    --hash=sha256:{a} \\
+    --hash=sha256:{b}
+nvidia-cudnn-cu12==9.28.0.42 \\
+    --hash=sha256:{b}
+tensorflow==2.21.0 \\
+    --hash=sha256:{a}
+""".format(a="a" * 64, b="b" * 64)
+
+
+def stub_uv(tmp_path, monkeypatch):
+    """Requirements in tmp_path, and a uv that records its command and writes UV_OUTPUT where `-o` says."""
+    monkeypatch.setattr(suite, "REQUIREMENTS", tmp_path)
+    monkeypatch.setattr(setup_envs, "uv", lambda python: Path("/stub/uv"))
+    calls = []
 
     def run(cmd, **kwargs):
         cmd = [str(c) for c in cmd]
-        commands.append(cmd)
-        if "--report" in cmd:
-            Path(cmd[cmd.index("--report") + 1]).write_text(json.dumps({"install": [
-                {"metadata": {"name": "tensorflow", "version": "2.21.0"}},
-                {"metadata": {"name": "nvidia-cudnn-cu12", "version": "9.28.0.42"}},
-                {"metadata": {"name": "Keras", "version": "3.15.1"}}]}))
+        held = Path(cmd[cmd.index("-c") + 1])
+        calls.append((cmd, held.read_text()))
+        Path(cmd[cmd.index("-o") + 1]).write_text(UV_OUTPUT)
 
     monkeypatch.setattr(setup_envs, "run", run)
+    return calls
+
+
+def test_a_lock_set_is_resolved_by_uv_with_hashes_for_python_311_on_linux(tmp_path, monkeypatch):
+    """`--lock` asks uv for the resolution and the hashes (from metadata alone: no CUDA wheel is downloaded), and
+    writes them under the header; a CUDA set has no conda file."""
+    calls = stub_uv(tmp_path, monkeypatch)
+    (tmp_path / "tensorflow-cuda.in").write_text("tensorflow[and-cuda]==2.21.0\n")
     monkeypatch.setattr(setup_envs, "conda_file", lambda env: pytest.fail("a CUDA set has no conda file"))
     setup_envs.lock(sys.executable, "tensorflow-cuda")
-    resolve = next(c for c in commands if "--report" in c)
-    assert "--dry-run" in resolve and "--ignore-installed" in resolve and resolve[-1] == str(tmp_path / "tensorflow-cuda.in")
-    assert not any("download" in c for c in commands)
-    lines = (tmp_path / "tensorflow-cuda.txt").read_text().splitlines()
-    assert lines[0].startswith("# Exact pins of the `tensorflow-cuda` lock set of the `tensorflow` environment")
-    assert lines[2:] == ["Keras==3.15.1", "nvidia-cudnn-cu12==9.28.0.42", "tensorflow==2.21.0"]
+    [(cmd, held)] = calls
+    assert cmd[:4] == ["/stub/uv", "pip", "compile", str(tmp_path / "tensorflow-cuda.in")] and held == ""
+    for option, value in (("--python-version", "3.11"), ("--python-platform", "x86_64-manylinux_2_28"),
+                          ("--python", sys.executable)):
+        assert cmd[cmd.index(option) + 1] == value
+    assert "--generate-hashes" in cmd and "--build-constraints" not in cmd
+    text = (tmp_path / "tensorflow-cuda.txt").read_text()
+    assert text.startswith("# Exact pins of the `tensorflow-cuda` lock set of the `tensorflow` environment")
+    assert "`python3 -m scripts.setup_envs --lock tensorflow-cuda`" in text and text.endswith("\n" + UV_OUTPUT)
+    assert setup_envs.pins("tensorflow-cuda") == ["keras==3.15.1", "nvidia-cudnn-cu12==9.28.0.42", "tensorflow==2.21.0"]
+
+
+def test_relocking_holds_the_pins_already_locked_and_the_build_constraints(tmp_path, monkeypatch):
+    calls = stub_uv(tmp_path, monkeypatch)
+    (tmp_path / "legacy.in").write_text("chainer==7.8.1\npooch==1.9.0\n")
+    (tmp_path / "legacy.txt").write_text("# header\nchainer==7.8.1 \\\n    --hash=sha256:" + "c" * 64 +
+                                         "\nsetuptools==65.5.0 \\\n    --hash=sha256:" + "d" * 64 + "\n")
+    (tmp_path / "legacy-constraints.txt").write_text("setuptools<81\n")
+    monkeypatch.setattr(setup_envs, "write_conda_file", lambda env: None)
+    setup_envs.lock(sys.executable, "legacy")
+    [(cmd, held)] = calls
+    assert held == "chainer==7.8.1\nsetuptools==65.5.0\n"        # the old pins, without their hashes
+    constraints = str(tmp_path / "legacy-constraints.txt")
+    assert cmd[-4:] == ["-c", constraints, "--build-constraints", constraints]
+
+
+def test_uv_is_made_once_at_its_pinned_version_in_its_own_environment(tmp_path, monkeypatch):
+    monkeypatch.setattr(suite, "VENVS", tmp_path)
+    commands = []
+    monkeypatch.setattr(setup_envs, "run", lambda cmd, **kwargs: commands.append([str(c) for c in cmd]))
+    exe = setup_envs.uv("python3.11")                                        # none yet: made
+    assert exe == tmp_path / "uv" / "bin" / "uv" and commands == [
+        ["python3.11", "-m", "venv", "--clear", str(tmp_path / "uv")],
+        [str(tmp_path / "uv" / "bin" / "python"), "-m", "pip", "install", "--quiet", "uv==0.13.8"]]
+    for version, made in (("0.13.8", False), ("0.12.0", True)):             # the pinned one is kept, another not
+        exe.parent.mkdir(parents=True, exist_ok=True)
+        exe.write_text(f"#!/bin/sh\necho 'uv {version} (x86_64-unknown-linux-gnu)'\n")
+        exe.chmod(0o755)
+        commands.clear()
+        setup_envs.uv("python3.11")
+        assert bool(commands) == made, version
