@@ -11,30 +11,30 @@ Each loader takes `source`:
 
 The synthetic data is learnable (a class-dependent signal under noise), so tests can check that
 training learns. The returned `Dataset.kind` says which one you got; records carry it.
-Downloads are checked against the canonical checksum and a bad file is named in the error.
+Downloads go through pooch (`pooch.retrieve`) into the project's cache, never the user's home: checked
+against the canonical checksum, written to a temporary file and renamed into place only when whole and
+correct, so a cut-short or corrupt download leaves nothing; a bad file is named in the one-line error.
 """
 from __future__ import annotations
 
 import csv
-import hashlib
-import http.client
 import importlib
 import io
 import os
 import pickle
+import re
 import shutil
 import sys
 import tarfile
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
 import numpy as np
+import pooch
 
 from support.env import cache_dir
-from support.files import file_lock, replacing, temporary_name
+from support.files import file_lock, temporary_name
 
 SOURCES = ("auto", "real", "synthetic")
 
@@ -67,54 +67,59 @@ def data_dir() -> Path:
 
 # --- downloads and checksums -------------------------------------------------------------
 
-def file_digest(path: Path, algorithm: str) -> str:
-    h = hashlib.new(algorithm)
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def verify(path: Path, algorithm: str, expected: str) -> None:
-    got = file_digest(path, algorithm)
+    """A ChecksumError naming `path` and the fix where its checksum is not the canonical one."""
+    got = pooch.file_hash(str(path), alg=algorithm)
     if got != expected:
         raise ChecksumError(f"{path}: {algorithm} {got} does not match the canonical {expected} "
                             f"(corrupt or truncated download): delete the file and run again to fetch it afresh")
 
 
-DOWNLOAD_TIMEOUT = 30   # seconds without data before a download gives up
+DOWNLOAD_TIMEOUT = 30   # seconds without an answer or data before a download gives up
 
 
-def download(url: str, dest: Path, algorithm: str, expected: str, timeout: float | None = None) -> Path:
-    """Fetch `url` to `dest` through a temporary file (support.files.replacing), keeping it only if
-    its checksum matches. A failed or cut-short transfer raises (OSError or http.client.HTTPException)
-    and leaves nothing beside `dest`.
-    """
+class DownloadError(OSError):
+    """A download that failed (no network, an HTTP error, a timeout, a transfer cut short), in one line."""
+
+
+def download(url: str, dest: Path, algorithm: str, expected: str) -> Path:
+    """Fetch `url` to `dest` with pooch, keeping it only if its checksum matches (pooch writes a temporary
+    file beside `dest` and renames it into place once checked). A failed transfer raises DownloadError and a
+    wrong checksum ChecksumError, each one line; either leaves nothing beside `dest`."""
+    import requests  # pooch's HTTP client, imported by pooch only when it downloads
+
     dest = Path(dest)
-    print(f"downloading {url} -> {dest}", flush=True)
-    with replacing(dest) as part:
-        with urllib.request.urlopen(url, timeout=timeout or DOWNLOAD_TIMEOUT) as response, open(part, "wb") as f:
-            for chunk in iter(lambda: response.read(1 << 20), b""):
-                f.write(chunk)
-            if getattr(response, "length", None):   # read(n) returns b"" when the server closes early
-                raise http.client.IncompleteRead(b"", response.length)
-        try:
-            verify(part, algorithm, expected)
-        except ChecksumError as err:
-            raise ChecksumError(f"{dest}: downloaded from {url}, {str(err).split(': ', 1)[1]}") from None
+    try:
+        pooch.retrieve(url, known_hash=f"{algorithm}:{expected}", fname=dest.name, path=dest.parent,
+                       downloader=pooch.HTTPDownloader(timeout=DOWNLOAD_TIMEOUT))
+    except requests.RequestException as err:
+        raise DownloadError(_reason(err)) from None
+    except ValueError as err:
+        if "known hash" not in str(err):
+            raise
+        # pooch: the checksum of what arrived is not the canonical one, and it deleted the file
+        raise ChecksumError(f"{dest}: downloaded from {url}, its {algorithm} does not match the canonical "
+                            f"{expected} (a corrupt or truncated download, deleted): run again to fetch it afresh, "
+                            f"or download it by hand into {dest.parent}") from None
     return dest
 
 
 def _reason(err: BaseException) -> str:
-    """Why a download failed, in one line."""
-    if isinstance(err, http.client.IncompleteRead):
-        return f"transfer cut short: the server closed the connection with {err.expected} more bytes expected"
-    if isinstance(err, urllib.error.HTTPError):
-        return f"HTTP {err.code} {err.reason}"
-    if isinstance(err, urllib.error.URLError):
-        err = err.reason if isinstance(err.reason, BaseException) else err
-    if isinstance(err, TimeoutError):
+    """Why a download failed (requests' error), in one line."""
+    import requests
+
+    if isinstance(err, requests.HTTPError) and err.response is not None:
+        return f"HTTP {err.response.status_code} {err.response.reason}"
+    if isinstance(err, requests.Timeout):
         return f"no answer within {DOWNLOAD_TIMEOUT} s"
+    if isinstance(err, requests.exceptions.ChunkedEncodingError):     # urllib3's IncompleteRead, in its words
+        more = re.search(r"(\d+) more expected", str(err))
+        return "transfer cut short: the server closed the connection " + (
+            f"with {more.group(1)} more bytes expected" if more else "early")
+    if isinstance(err, requests.ConnectionError):    # the socket's own words, not urllib3's retry report around them
+        errno = re.search(r"\[Errno -?\d+\] [^'\")]+", str(err))
+        if errno:
+            return f"no connection: {errno.group(0).strip()}"
     return " ".join(str(err).split()) or type(err).__name__
 
 
@@ -141,9 +146,9 @@ def _resolve(name: str, source, cached: Path, algorithm: str | None, checksum: s
                 if not cached.exists():
                     download(url, cached, algorithm, checksum)
             return cached
-        except (OSError, http.client.HTTPException) as err:   # no network, HTTP error, timeout, cut short;
+        except OSError as err:      # no network, HTTP error, timeout, cut short (DownloadError's line);
             # a ChecksumError (a corrupt file was fetched) propagates
-            problem = f"{name} could not be downloaded from {url} to {cached} ({_reason(err)})"
+            problem = f"{name} could not be downloaded from {url} to {cached} ({' '.join(str(err).split())})"
     if source == "real":
         raise DataError(f"{problem}: {how_to_get}")
     print(f"NOTE: {problem}; using synthetic {name} in the same format instead ({how_to_get})")

@@ -1,18 +1,17 @@
 """The machine and software a result was measured on, and where caches go.
 
 `describe()` gathers what every record carries (Python, numpy, OS, CPU, git commit, date)
-plus what the notebook passes about its framework; `machine_name()` names the results folder.
+plus what the notebook passes about its framework, which its entry in support/frameworks.py reads from the
+imported module (this module holds no framework code); `machine_name()` names the results folder.
 Standard library at import time (numpy is imported by `describe()` alone), so that
 `support.tasks` can be read before any environment exists.
 """
 from __future__ import annotations
 
 import datetime as _dt
-import importlib
 import os
 import platform
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -78,14 +77,10 @@ def cpu_model() -> str:
 
 def gpu_names() -> list[str]:
     """NVIDIA GPUs as nvidia-smi names them ([] without a driver); no framework import."""
-    if not shutil.which("nvidia-smi"):
-        return []
-    try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=30).stdout
-    except (OSError, subprocess.SubprocessError):
-        return []
-    return [line.strip() for line in out.splitlines() if line.strip()]
+    # imported here: support.hardware reads /proc/cpuinfo through this module
+    from support import hardware
+
+    return [gpu["name"] for gpu in hardware.nvidia_smi("name")]
 
 
 def _slug(text: str) -> str:
@@ -130,90 +125,23 @@ def peak_host_memory() -> int | None:
     return int(peak) * (1 if sys.platform == "darwin" else 1024)   # macOS counts bytes, Linux KiB
 
 
-def _installed(package: str) -> str | None:
-    """The installed version of a package, without importing it (None where it is not installed)."""
-    from importlib import metadata
-    try:
-        return metadata.version(package)
-    except metadata.PackageNotFoundError:
-        return None
-
-
-def _torch(torch) -> dict:
-    gpu = torch.cuda.is_available()
-    return {"framework": "torch", "threads": torch.get_num_threads(),
-            "device": torch.cuda.get_device_name() if gpu else "cpu",
-            "cuda": torch.version.cuda if gpu else None, "cudnn": torch.backends.cudnn.version() if gpu else None}
-
-
-def _tensorflow(tf) -> dict:
-    gpus = tf.config.list_physical_devices("GPU")
-    build = tf.sysconfig.get_build_info()
-    return {"framework": "tensorflow", "threads": os.cpu_count(),   # a thread per core unless configured
-            "device": tf.config.experimental.get_device_details(gpus[0]).get("device_name", "gpu") if gpus else "cpu",
-            "cuda": build.get("cuda_version") if gpus else None, "cudnn": build.get("cudnn_version") if gpus else None}
-
-
-def _jax(jax) -> dict:
-    devices = jax.devices()
-    gpu = jax.default_backend() == "gpu"
-    versions = {name: _installed(name) for name in ("jaxlib", "flax", "optax")}
-    return {"framework": "jax", "threads": os.cpu_count(), "device": devices[0].device_kind if gpu else "cpu",
-            "n_devices": len(devices), "backend": jax.default_backend(),
-            **versions, "xla_flags": os.environ.get("XLA_FLAGS"),
-            "xla_platform": importlib.import_module("jax.extend.backend").get_backend().platform_version if gpu else None}
-
-
-def _keras(keras) -> dict:
-    backend = keras.backend.backend()
-    lib = sys.modules[backend]
-    inner = PROBES[backend](lib)
-    return {"framework": "keras", "threads": inner["threads"], "device": inner["device"], "backend": backend,
-            "backend_version": lib.__version__, "xla_flags": os.environ.get("XLA_FLAGS")}
-
-
-def _mxnet(mx) -> dict:
-    gpu = mx.context.num_gpus() > 0
-    features = mx.runtime.Features()
-    threads = os.environ.get("OMP_NUM_THREADS")
-    return {"framework": "mxnet", "threads": int(threads) if threads else None,
-            "device": gpu_names()[0] if gpu else "cpu", "mkldnn": features.is_enabled("MKLDNN"),
-            "cuda": features.is_enabled("CUDA") if gpu else None}
-
-
-def _chainer(chainer) -> dict:
-    gpu = chainer.backends.cuda.available
-    cupy = chainer.backends.cuda.cupy if gpu else None
-    try:
-        from threadpoolctl import threadpool_info
-        pools = [pool for pool in threadpool_info() if pool["user_api"] == "blas"]
-        blas = next((pool for pool in pools if "numpy" in pool["filepath"]), pools[0]) if pools else None
-    except ImportError:
-        blas = None
-    return {"framework": "chainer", "threads": blas["num_threads"] if blas else None,
-            "device": cupy.cuda.runtime.getDeviceProperties(0)["name"].decode() if gpu else "cpu",
-            "cupy": cupy.__version__ if gpu else None,
-            "blas": f"{blas['internal_api']} {blas['version']} {blas['architecture']}" if blas else None,
-            "ideep": chainer.backends.intel64.is_ideep_available()}
-
-
-# How describe() asks each framework (the module a notebook imported) for its device and threads.
-PROBES = {"torch": _torch, "tensorflow": _tensorflow, "jax": _jax, "keras": _keras, "mxnet": _mxnet,
-          "chainer": _chainer}
-
-
 def describe(framework, **extra) -> dict:
     """Everything a record says about where it was measured: the framework (the imported module,
-    e.g. `env.describe(torch)`; its device, threads and GPU libraries are read from it), this
+    e.g. `env.describe(torch)`; its device, threads and GPU libraries are read from it by its entry's probe in
+    support/frameworks.py), this
     machine, the software and the commit. `extra` adds or overrides fields (None: left out)."""
     import numpy as np
 
+    from support import frameworks
+
     name = framework.__name__.split(".")[0]
-    if name not in PROBES:
-        raise ValueError(f"env.describe: no probe for the module {name!r}; pass one of {', '.join(PROBES)}")
-    fields = {**PROBES[name](framework), **extra}
+    try:
+        probe = frameworks.by_module(name).probe
+    except ValueError as err:
+        raise ValueError(f"env.describe: {err}") from None
+    fields = {**probe(framework), **extra}
     info = {
-        "framework": fields.pop("framework"),
+        "framework": name,
         "framework_version": framework.__version__,
         "device": fields.pop("device"),
         "threads": fields.pop("threads"),

@@ -1,11 +1,12 @@
 """Files that are whole or absent: every file the notebooks, runner and report write goes through here.
 
-`file_lock(path)` holds an exclusive lock (an flock on `<name>.lock` beside it) so that two
+`file_lock(path)` holds an exclusive lock (filelock's `FileLock` on `<name>.lock` beside it) so that two
 processes, say two notebooks run at once, never write the same file or folder together.
 `atomic_write(path, text_or_bytes)` writes a temporary file beside `path` (`.<name>.<pid>.tmp`,
 ignored by git), flushes and fsyncs it, renames it over `path` and fsyncs the folder, so a crash
 or a power cut leaves the old file or the new one, never half of either. `replacing(path)` does
-the same for writers that want a path of their own (matplotlib's savefig, csv). Standard library only.
+the same for writers that want a path of their own (matplotlib's savefig, csv). Standard library and
+filelock (pinned in both environments) only.
 """
 from __future__ import annotations
 
@@ -13,10 +14,7 @@ import os
 from contextlib import contextmanager
 from pathlib import Path
 
-try:
-    import fcntl
-except ImportError:     # Windows: no flock, and no second runner to guard against there
-    fcntl = None
+from filelock import FileLock
 
 
 def temporary_name(path: Path) -> Path:
@@ -55,20 +53,12 @@ def atomic_write(path, content: str | bytes) -> None:
         tmp.write_bytes(content.encode("utf-8") if isinstance(content, str) else content)
 
 
-@contextmanager
-def file_lock(path):
-    """Hold an exclusive lock on `path` (a sibling `<name>.lock` file, left in place: deleting it
-    would reopen the race) against other processes, until the block ends."""
+def file_lock(path) -> FileLock:
+    """An exclusive lock on `path` against other processes, for a `with` block: a FileLock on the sibling
+    `<name>.lock` (an flock on Unix), left in place after release, since deleting it would reopen the race."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.with_name(path.name + ".lock"), "a") as f:
-        if fcntl is not None:
-            fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            if fcntl is not None:
-                fcntl.flock(f, fcntl.LOCK_UN)
+    return FileLock(path.with_name(path.name + ".lock"))
 
 
 def _alive(pid: int) -> bool:

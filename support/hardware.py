@@ -19,14 +19,20 @@ TensorFlow's oneDNN, and `DNNL_MAX_CPU_ISA`, read by MXNet 1.9.1's) cap it too, 
 bfloat16 kernels are gone (TensorFlow's dispatch still sees the CPU's flags and crashes in them). `caps(isa)` is
 every variable that caps the frameworks at once (the runner's `--cpu-isa`).
 
-Standard library only at import (support.env reads /proc/cpuinfo): support.measure and scripts/calibrate.py ask it;
-the frameworks' probes are theirs.
+The NVIDIA GPUs are read from `nvidia_smi(*fields)`, the one reader of nvidia-smi's answers (support.env's
+`gpu_names`, the runner, the device check and the set-up ask it).
+
+Standard library only (support.env reads /proc/cpuinfo): support.measure and scripts/calibrate.py ask it, and
+scripts/setup_envs.py reads nvidia-smi through it with the user's bare python3, before numpy exists; the frameworks'
+probes are theirs.
 """
 from __future__ import annotations
 
 import os
 import platform
-from typing import Callable
+import shutil
+import subprocess
+from collections.abc import Callable
 
 from support import env
 
@@ -165,6 +171,29 @@ def cpu_bf16(own: Callable[[], str | None] | None = None, matmul=None, cpu: Cpu 
         return {"native": False, "how": f"probe: {ratio:.0f}x float32", "reason": cpu.no_bf16(
             f"emulated bfloat16 runs about {ratio:.0f} times slower than float32 (a {PROBE_N}x{PROBE_N} matmul)")}
     return {"native": True, "how": f"probe: {ratio:.1f}x float32"}
+
+
+NVIDIA_SMI_TIMEOUT = 30     # seconds: a hung driver gives no GPUs, never a hung run
+
+
+def nvidia_smi(*fields: str) -> list[dict[str, str]]:
+    """nvidia-smi's answer to `--query-gpu=<fields>`: one dict per GPU, keyed by the fields asked for, e.g.
+    `nvidia_smi("name", "driver_version", "memory.total", "compute_cap")` ->
+    `[{"name": "NVIDIA H100 80GB HBM3", "driver_version": "580.82.07", "memory.total": "81559", "compute_cap": "9.0"}]`
+    (`--format=csv,noheader,nounits`: values as strings, without units). [] where nvidia-smi is missing, fails, or
+    does not answer within NVIDIA_SMI_TIMEOUT; a line that does not hold one value per field is left out."""
+    exe = shutil.which("nvidia-smi")
+    if not exe or not fields:
+        return []
+    try:
+        done = subprocess.run([exe, f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits"],
+                              capture_output=True, text=True, timeout=NVIDIA_SMI_TIMEOUT, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return []
+    if done.returncode:
+        return []
+    rows = [[value.strip() for value in line.split(",")] for line in done.stdout.splitlines() if line.strip()]
+    return [dict(zip(fields, row)) for row in rows if len(row) == len(fields)]
 
 
 GPU_AMPERE = (8, 0)       # TF32 and bfloat16 tensor cores came with Ampere (compute capability 8.0)

@@ -1,35 +1,39 @@
 """One JSON record per notebook run: what ran, on what, how fast, how well, made from what.
 
 Notebooks end with `records.write(record_path, ...)`; the runner reads the records back, adds
-what only it knows (`wall_s`, the run's `inputs`, whether it was `timed`), writes failed records
-for notebooks that did not get that far, and builds the tables from them. Writes are atomic
-(support.files), so a record is whole or absent. `validate` checks every field's type, so a
-malformed record is refused with one line naming the field, never a TypeError further on.
+what only it knows (`wall_s`, the run's `inputs`, whether it was `timed`, its `identity`), writes
+failed records for notebooks that did not get that far, and builds the tables from them. Writes are
+atomic (support.files), so a record is whole or absent. A record's shape is published as a JSON
+Schema, docs/record.schema.json, with a description of every field; `validate` checks a record
+against it (jsonschema) and then the few rules that cross fields, so a malformed record is refused
+with one line naming the field, never a TypeError further on.
 """
 from __future__ import annotations
 
+import functools
 import json
 import math
 from pathlib import Path
 
+import jsonschema
+
 from support import env, flops, tasks
-from support.precision import PRECISIONS, STATUSES as STOPPED, Unsupported
 from support.files import atomic_write
 from support.params import as_dict
+from support.precision import STATUSES as STOPPED, Unsupported
 from support.timing import describe
 
 # Schema 2 adds what a benchmark-grade row needs: the steady-state steps, the first step and the
 # compilation apart, the peak memory, the FLOPs per sample and the metric after every epoch.
-# Schema 1 records (written before) are still read; their rows show those columns empty.
-SCHEMA = 2
-SCHEMAS = (1, 2)
+# Schema 3 adds the run's `identity` (its structured fields) and `key`, written by the runner.
+# Records of every earlier schema are still read; their rows show the later columns empty.
+SCHEMA = 3
+SCHEMAS = (1, 2, 3)
 STATUSES = ("ok", "failed", "timeout") + STOPPED     # STOPPED: a combination that cannot run (support.precision)
 DATA_KINDS = ("real", "synthetic")
 # The metric each task's table shows beside the time (None: the task measures speed only).
 METRICS = {name: task.metric for name, task in tasks.TASKS.items()}
-REQUIRED = ("schema", "task", "framework", "variant", "status", "profile", "data", "params", "timing",
-            "metrics", "n_parameters", "environment")
-TIMING_REQUIRED = ("unit", "median_s", "iqr_s", "cv", "n", "warmup_s", "samples_per_s")
+SCHEMA_PATH = Path(__file__).resolve().parents[1] / "docs" / "record.schema.json"
 
 
 class RecordError(ValueError):
@@ -41,145 +45,127 @@ def atomic_write_json(path, obj) -> None:
 
 
 def _number(value) -> bool:
+    """A JSON number: an int or a finite float, never a bool (JSON has no NaN or Infinity)."""
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _integer(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+@functools.cache
+def schema() -> dict:
+    """The published JSON Schema of a record (docs/record.schema.json)."""
+    return json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
+
+
+@functools.cache
+def _validator() -> jsonschema.protocols.Validator:
+    """A draft 2020-12 validator of the schema whose numbers are finite and whose integers are ints, as
+    Python's json writes them (it would write NaN, and 1.0 is a float here)."""
+    base = jsonschema.Draft202012Validator
+    checker = base.TYPE_CHECKER.redefine("number", lambda _, value: _number(value)).redefine(
+        "integer", lambda _, value: _integer(value))
+    return jsonschema.validators.extend(base, type_checker=checker)(schema())
 
 
 def _kind(value) -> str:
     return "null" if value is None else type(value).__name__
 
 
-def _expect(where: str, value, ok: bool, wanted: str) -> None:
-    if not ok:
-        raise RecordError(f"{where} is {_kind(value)} {json.dumps(value, default=str)[:60]}, not {wanted}")
+_PLURALS = {"number": "numbers", "integer": "integers", "string": "strings", "object": "objects"}
 
 
-# Top-level fields: (is it well typed, what it should be). Runner-added fields are optional.
-_FIELDS = {
-    "schema": (lambda v: isinstance(v, int) and not isinstance(v, bool), "an integer"),
-    "task": (lambda v: isinstance(v, str), "a string"),
-    "framework": (lambda v: isinstance(v, str) and v != "", "a framework name"),
-    "variant": (lambda v: isinstance(v, str), "a string"),
-    "status": (lambda v: v in STATUSES, f"one of {', '.join(STATUSES)}"),
-    "profile": (lambda v: v in tasks.PROFILES, f"one of {', '.join(tasks.PROFILES)}"),
-    "data": (lambda v: v is None or v in DATA_KINDS, f"one of {', '.join(DATA_KINDS)} (or null)"),
-    "params": (lambda v: isinstance(v, dict), "an object"),
-    "timing": (lambda v: isinstance(v, dict), "an object"),
-    "metrics": (lambda v: isinstance(v, dict), "an object"),
-    "n_parameters": (lambda v: v is None or (isinstance(v, int) and not isinstance(v, bool)), "an integer"),
-    "environment": (lambda v: isinstance(v, dict), "an object"),
-    "error": (lambda v: v is None or isinstance(v, str), "a string"),
-    "wall_s": (lambda v: _number(v) and v >= 0, "a number >= 0"),
-    "compile_s": (lambda v: v is None or (_number(v) and v >= 0), "a number >= 0"),
-    "timed": (lambda v: isinstance(v, bool), "true or false"),
-    "inputs": (lambda v: isinstance(v, dict), "an object"),
-    "first_step_s": (lambda v: _number(v) and v > 0, "a number > 0"),
-    "steps": (lambda v: isinstance(v, dict), "an object"),
-    "memory": (lambda v: isinstance(v, dict) and all(v.get(k) is None or (isinstance(v[k], int) and v[k] > 0)
-                                                     for k in ("host_peak_bytes", "device_peak_bytes")),
-               "an object with host_peak_bytes and device_peak_bytes, each a positive integer or null"),
-    "flops": (lambda v: isinstance(v, dict) and _number(v.get("forward")) and v["forward"] > 0
-              and (v.get("train") is None or (_number(v["train"]) and v["train"] > 0)),
-              "an object with forward (and train) FLOPs per sample, positive numbers"),
-    "curve": (lambda v: isinstance(v, list) and len(v) > 0 and all(_number(x) for x in v), "a list of numbers"),
-    "parity": (lambda v: isinstance(v, dict) and _number(v.get("max_rel_error")) and v["max_rel_error"] >= 0,
-               "an object with max_rel_error a finite number >= 0"),
-    # data parallelism (support.params.devices, support.parity.data_parallel): how many devices, the global batch
-    **{k: (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1, "an integer >= 1")
-       for k in ("devices", "global_batch_size")},
-    "data_parallel": (lambda v: isinstance(v, dict) and isinstance(v.get("devices"), int) and v["devices"] >= 2
-                      and _number(v.get("max_rel_error")) and v["max_rel_error"] >= 0
-                      and _number(v.get("max_abs_diff")) and _number(v.get("tolerance")),
-                      "an object with devices (2 or more), max_abs_diff, max_rel_error and tolerance"),
-    "precision": (lambda v: v in PRECISIONS, f"one of {', '.join(PRECISIONS)}"),
-    "compilation": (lambda v: v in ("on", "off"), "on or off"),
-    "matrix": (lambda v: isinstance(v, dict), "an object"),
-    "sweep": (lambda v: isinstance(v, dict) and isinstance(v.get("sizes"), list) and isinstance(v.get("stopped"), str)
-              and all(isinstance(row, dict) and isinstance(row.get("batch_size"), int) and row["batch_size"] > 0
-                      and _number(row.get("samples_per_s")) and _number(row.get("median_s"))
-                      and _number(row.get("p95_s")) for row in v["sizes"]),
-              "an object with sizes (rows of batch_size, samples_per_s, median_s, p95_s) and stopped (why it ended)"),
-    **{k: (lambda v: isinstance(v, str), "a string") for k in ("executed_notebook", "log", "superseded", "run")},
-}
-_ENVIRONMENT_STRINGS = ("machine", "date", "git_commit", "framework_version", "python", "numpy", "device", "cpu")
+def _wanted(subschema: dict) -> str:
+    """What a (sub)schema asks for, in words: 'a number > 0', 'one of real, synthetic (or null)', ..."""
+    or_null = ""
+    if "enum" in subschema:
+        values = [value for value in subschema["enum"] if value is not None]
+        or_null = " (or null)" if None in subschema["enum"] else ""
+        return f"one of {', '.join(map(str, values))}{or_null}"
+    kinds = subschema.get("type", [])
+    kinds = [kinds] if isinstance(kinds, str) else list(kinds)
+    if "null" in kinds:
+        kinds.remove("null")
+        or_null = " (or null)"
+    kind = kinds[0] if kinds else None
+    if kind in ("number", "integer"):
+        words = "a number" if kind == "number" else "an integer"
+        if "exclusiveMinimum" in subschema:
+            words += f" > {subschema['exclusiveMinimum']}"
+        elif "minimum" in subschema:
+            words += f" >= {subschema['minimum']}"
+    elif kind == "array":
+        item = subschema.get("items", {}).get("type")
+        words = "a list" + (f" of {_PLURALS[item]}" if item in _PLURALS else "") + (
+            " (at least one)" if subschema.get("minItems") else "")
+    else:
+        words = {"string": "a non-empty string" if subschema.get("minLength") else "a string",
+                 "boolean": "true or false", "object": "an object"}.get(kind, "valid")
+    return words + or_null
+
+
+def _where(path) -> str:
+    """A field's path as the message names it: `timing.median_s`, `sweep.sizes[0].batch_size`."""
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def _message(error: jsonschema.ValidationError, record) -> str:
+    """jsonschema's error as the one line a record's reader needs: the field, what it is, what it should be."""
+    path, instance, subschema = list(error.absolute_path), error.instance, error.schema
+    where = _where(path) or "record"
+    if not path and error.validator == "type":
+        return f"a record is a JSON object, not {_kind(instance)}"
+    if error.absolute_schema_path[0] == "else":     # a record that did not end ok: its `error` is missing or empty
+        status = record["status"]
+        return (f"a {status.replace('_', ' ')} record must say its "
+                f"{'error' if status in ('failed', 'timeout') else 'reason (error)'}")
+    if error.validator == "required":
+        return f"{where} lacks {', '.join(key for key in error.validator_value if key not in instance)}"
+    if error.validator == "additionalProperties":
+        unknown = sorted(set(instance) - set(subschema.get("properties", {})))
+        return f"{where} has unknown {', '.join(unknown)}"
+    shown = "" if instance is None else " " + json.dumps(instance, default=str)[:60]
+    return f"{where} is {_kind(instance)}{shown}, not {_wanted(subschema)}"
 
 
 def validate(record) -> dict:
-    """Raise RecordError naming the first problem; return the record when it is well formed."""
-    if not isinstance(record, dict):
-        raise RecordError(f"a record is a JSON object, not {_kind(record)}")
-    missing = [k for k in REQUIRED if k not in record]
-    if missing:
-        raise RecordError(f"record lacks {', '.join(missing)}")
-    for key, (ok, wanted) in _FIELDS.items():
-        if key in record:
-            _expect(key, record[key], ok(record[key]), wanted)
-    if record["schema"] not in SCHEMAS:
-        raise RecordError(f"record schema {record['schema']} is not one of {', '.join(map(str, SCHEMAS))}")
+    """Raise RecordError naming the first problem; return the record when it is well formed.
+
+    First the published schema (docs/record.schema.json; jsonschema's best error, in one line), then what it
+    cannot say: the task is a known one, an ok record carries its task's metric and, from schema 2, the
+    benchmark's fields its task needs, its curve ends at that metric, and `laps_s` holds `n` laps."""
+    errors = list(_validator().iter_errors(record))
+    # what every record needs first; only then what its status asks (the schema's if/then/else)
+    errors = [e for e in errors if e.absolute_schema_path[0] not in ("then", "else")] or errors
+    error = jsonschema.exceptions.best_match(errors)
+    if error is not None:
+        raise RecordError(_message(error, record))
     if record["task"] not in tasks.TASKS:
         raise RecordError(f"unknown task {record['task']!r}")
-    for key in _ENVIRONMENT_STRINGS:
-        value = record["environment"].get(key)
-        _expect(f"environment.{key}", value, value is None or isinstance(value, str), "a string")
     if record["status"] != "ok":
-        if not record.get("error"):
-            raise RecordError(f"a {record['status'].replace('_', ' ')} record must say its "
-                          f"{'error' if record['status'] in ('failed', 'timeout') else 'reason (error)'}")
         return record
-    if record["data"] is None:
-        raise RecordError(f"data None is not one of {DATA_KINDS}")
-    _validate_timing(record["timing"])
-    metric = METRICS[record["task"]]
-    if metric and not _number(record["metrics"].get(metric)):
-        raise RecordError(f"{record['task']} records need metrics[{metric!r}] as a number")
-    if not (isinstance(record["n_parameters"], int) and record["n_parameters"] > 0):
-        raise RecordError(f"n_parameters {record['n_parameters']!r} is not a positive integer")
-    if record["schema"] >= 2:
-        _validate_benchmark(record)
-    return record
-
-
-def _validate_benchmark(record: dict) -> None:
-    """Schema 2: the fields of a benchmark-grade row."""
     task = tasks.get(record["task"])
-    needed = ["first_step_s", "memory", "flops"] + (["steps"] if task.unit == "epoch" else []) + (
-        ["curve"] if task.metric else [])
-    missing = [k for k in needed if k not in record]
-    if missing:
-        raise RecordError(f"record lacks {', '.join(missing)}")
-    if "steps" in record:
-        _validate_timing(record["steps"], "steps")
-        if record["steps"]["n"] < 2:
-            raise RecordError(f"steps.n is {record['steps']['n']}: the steady state needs several repeats")
-        if not _number(record["steps"].get("samples_per_s")):
-            raise RecordError("steps.samples_per_s is not a number: pass samples= (the global batch)")
-        for key in ("loss_first", "loss_last"):       # the loss on the steady state's batch (timing.learned)
-            if key in record["steps"]:
-                _expect(f"steps.{key}", record["steps"][key], _number(record["steps"][key]), "a finite number")
-    if task.metric and not math.isclose(record["curve"][-1], record["metrics"][task.metric], rel_tol=1e-6,
-                                        abs_tol=1e-9):
-        raise RecordError(f"curve ends at {record['curve'][-1]!r}, not at the final {task.metric} "
-                          f"{record['metrics'][task.metric]!r}")
-
-
-def _validate_timing(timing: dict, name: str = "timing") -> None:
-    missing = [k for k in TIMING_REQUIRED if k not in timing]
-    if missing:
-        raise RecordError(f"{name} lacks {', '.join(missing)}")
-    _expect(f"{name}.unit", timing["unit"], isinstance(timing["unit"], str), "a string")
-    if not (_number(timing["median_s"]) and timing["median_s"] > 0):
-        raise RecordError(f"{name} median {timing['median_s']!r} is not a positive number")
-    for key in ("iqr_s", "cv", "q1_s", "q3_s", "mean_s", "std_s", "min_s", "max_s", "p95_s"):
-        if key in timing:
-            _expect(f"{name}.{key}", timing[key], _number(timing[key]) and timing[key] >= 0, "a number >= 0")
-    n = timing["n"]
-    _expect(f"{name}.n", n, isinstance(n, int) and not isinstance(n, bool) and n >= 1, "an integer >= 1")
-    for key in ("warmup_s", "laps_s"):
-        laps = timing.get(key, [])
-        _expect(f"{name}.{key}", laps, isinstance(laps, list) and all(_number(x) for x in laps), "a list of numbers")
-    if "laps_s" in timing and len(timing["laps_s"]) != n:
-        raise RecordError(f"{name}.laps_s holds {len(timing['laps_s'])} laps, not n = {n}")
-    rate = timing["samples_per_s"]
-    _expect(f"{name}.samples_per_s", rate, rate is None or (_number(rate) and rate >= 0), "a number >= 0 (or null)")
+    if task.metric and not _number(record["metrics"].get(task.metric)):
+        raise RecordError(f"{task.name} records need metrics[{task.metric!r}] as a number")
+    if record["schema"] >= 2:
+        needed = ["first_step_s", "memory", "flops"] + (["steps"] if task.unit == "epoch" else []) + (
+            ["curve"] if task.metric else [])
+        missing = [key for key in needed if key not in record]
+        if missing:
+            raise RecordError(f"record lacks {', '.join(missing)}")
+        if task.metric and not math.isclose(record["curve"][-1], record["metrics"][task.metric], rel_tol=1e-6,
+                                            abs_tol=1e-9):
+            raise RecordError(f"curve ends at {record['curve'][-1]!r}, not at the final {task.metric} "
+                              f"{record['metrics'][task.metric]!r}")
+    for name in ("timing", "steps"):
+        laps, n = record.get(name, {}).get("laps_s"), record.get(name, {}).get("n")
+        if laps is not None and len(laps) != n:
+            raise RecordError(f"{name}.laps_s holds {len(laps)} laps, not n = {n}")
+    return record
 
 
 def write(path, *, task: str, framework: str, params, data: str, timing: dict, metrics: dict,

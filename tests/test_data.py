@@ -104,25 +104,6 @@ def test_missing_user_path_is_named(tmp_path):
         D.cifar10(tmp_path / "nowhere.tar.gz")
 
 
-# --- downloads --------------------------------------------------------------------------------
-
-def test_download_keeps_a_file_whose_checksum_matches(tmp_path):
-    source = tmp_path / "source.bin"
-    source.write_bytes(b"x" * 1000)
-    dest = D.download(source.as_uri(), tmp_path / "out" / "file.bin", "md5", D.file_digest(source, "md5"))
-    assert dest.read_bytes() == source.read_bytes()
-
-
-def test_download_with_a_bad_checksum_leaves_nothing_and_names_file_and_url(tmp_path):
-    source = tmp_path / "source.bin"
-    source.write_bytes(b"corrupted payload")
-    dest = tmp_path / "out" / "imdb.npz"
-    with pytest.raises(D.ChecksumError) as err:
-        D.download(source.as_uri(), dest, "sha256", D.IMDB_SHA256)
-    assert str(dest) in str(err.value) and source.as_uri() in str(err.value)
-    assert not dest.exists() and not list(dest.parent.iterdir())          # no temporary file either
-
-
 # --- downloads over HTTP: a loopback server with injected faults -------------------------------
 
 SLOW_S = 5      # the longest a "slow" request is held back (released early when the server stops)
@@ -172,6 +153,25 @@ def http_server():
         server.shutdown()
         server.server_close()
         thread.join(10)
+
+
+def test_download_keeps_a_file_whose_checksum_matches(http_server, tmp_path):
+    body = b"x" * 1000
+    http_server.routes["/file.bin"] = (body, None)
+    url = f"http://127.0.0.1:{http_server.server_address[1]}/file.bin"
+    dest = D.download(url, tmp_path / "out" / "file.bin", "md5", hashlib.md5(body).hexdigest())
+    assert dest.read_bytes() == body and sorted(p.name for p in dest.parent.iterdir()) == ["file.bin"]
+
+
+def test_download_with_a_bad_checksum_leaves_nothing_and_names_file_and_url(http_server, tmp_path):
+    http_server.routes["/imdb.npz"] = (b"corrupted payload", None)
+    url = f"http://127.0.0.1:{http_server.server_address[1]}/imdb.npz"
+    dest = tmp_path / "out" / "imdb.npz"
+    with pytest.raises(D.ChecksumError) as err:
+        D.download(url, dest, "sha256", D.IMDB_SHA256)
+    message = str(err.value)
+    assert "\n" not in message and str(dest) in message and url in message and D.IMDB_SHA256 in message
+    assert not dest.exists() and not list(dest.parent.iterdir())          # no temporary file either
 
 
 DATASETS = {
@@ -240,6 +240,16 @@ def test_download_over_http_is_cached_checked_and_read_as_real(served):
     np.testing.assert_array_equal(again.x_train, first.x_train)
 
 
+def test_a_download_goes_to_the_projects_cache_and_leaves_the_home_folder_alone(served, tmp_path, monkeypatch):
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    assert served.spec.load("real").source == str(served.cached)
+    assert served.cached.parent == D.data_dir() / served.spec.folder and served.cached.read_bytes() == served.body
+    assert list(home.rglob("*")) == []
+
+
 @pytest.mark.parametrize("source", ["real", "auto"])
 def test_download_with_a_wrong_checksum_is_deleted_and_a_hard_error(served, source):
     corrupt = bytearray(served.body)
@@ -269,6 +279,22 @@ def test_failed_download_under_real_is_one_clear_line(served, fault, monkeypatch
     assert "\n" not in message and FAULTS[fault] in message
     assert served.url in message and str(served.cached) in message
     assert f"download {served.url} into {served.cached.parent}" in message      # the fix
+    assert not served.cached.exists() and not leftovers(served.cached)
+
+
+def test_a_server_that_is_not_there_is_one_line_with_the_sockets_words(served, monkeypatch):
+    import socket
+
+    with socket.socket() as closed:          # a port nobody listens on once it is closed
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    url = f"http://127.0.0.1:{port}/{served.spec.filename}"
+    monkeypatch.setattr(D, served.spec.url, url)
+    with pytest.raises(D.DataError) as err:
+        served.spec.load("real")
+    message = str(err.value)
+    assert "\n" not in message and f"could not be downloaded from {url}" in message
+    assert "(no connection: [Errno " in message and "Connection refused)" in message
     assert not served.cached.exists() and not leftovers(served.cached)
 
 

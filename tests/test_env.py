@@ -126,3 +126,26 @@ def test_a_kernels_libraries_leave_nothing_in_the_home_folder(tmp_path):
     done = subprocess.run([sys.executable, "-c", code], env=environment, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert list(home.rglob("*")) == []
+
+
+def test_describe_asks_the_frameworks_registry_which_probes_the_module_it_is_given(monkeypatch):
+    """support/env.py holds no framework code: each framework's entry in support/frameworks.py has the probe."""
+    import dataclasses
+    import types
+
+    from support import frameworks
+    assert all(callable(f.probe) for f in frameworks.FRAMEWORKS.values()) and not hasattr(env, "PROBES")
+    seen = []
+
+    def probe(module):
+        seen.append(module)
+        return {"threads": 3, "device": "cpu", "blas": None, "ideep": False}
+
+    monkeypatch.setitem(frameworks.FRAMEWORKS, "chainer",
+                        dataclasses.replace(frameworks.FRAMEWORKS["chainer"], probe=probe))
+    chainer = types.ModuleType("chainer")
+    chainer.__version__ = "7.8.1"
+    info = env.describe(chainer)
+    assert seen == [chainer] and (info["framework"], info["framework_version"], info["threads"]) == ("chainer",
+                                                                                                   "7.8.1", 3)
+    assert info["ideep"] is False and "blas" not in info and info["gpus"] == env.gpu_names()

@@ -6,7 +6,9 @@ run in their environments."""
 import json
 import os
 import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -21,6 +23,7 @@ AVX512 = AVX2 | {"avx512f", "avx512bw", "avx512vl", "avx512dq"}       # Skylake-
 AVX512_BF16 = AVX512 | {"avx512_bf16"}                                # Cooper Lake, Zen 4, Zen 5
 AMX = AVX512_BF16 | {"amx_bf16", "amx_tile"}                          # Sapphire Rapids and later
 NO_CAPS = {}
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def cpu(flags, **environ):
@@ -233,3 +236,65 @@ def test_jax_reads_a_gpus_compute_capability_for_the_rule(monkeypatch):
     assert "compute capability 7.5" in hardware.reason("bf16", gpu=True, gpu_capability=measure_jax.gpu_capability())
     monkeypatch.setattr(measure_jax.jax, "devices", lambda *a: [types.SimpleNamespace()])      # a CPU device
     assert measure_jax.gpu_capability() is None
+
+
+# --- nvidia-smi: the one reader of its answers ---------------------------------------------------------------
+
+def fake_nvidia_smi(tmp_path, monkeypatch, script: str | None):
+    """An `nvidia-smi` first on PATH running `script` (sh), which may read "$@"; None: no nvidia-smi on PATH."""
+    folder = tmp_path / "bin"
+    folder.mkdir(exist_ok=True)
+    if script is None:
+        monkeypatch.setenv("PATH", str(folder))
+        return
+    stub = folder / "nvidia-smi"
+    stub.write_text("#!/bin/sh\n" + script + "\n")
+    stub.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{folder}{os.pathsep}{os.environ['PATH']}")
+
+
+H100 = "NVIDIA H100 80GB HBM3, 580.82.07, 81559, 9.0"
+
+
+def test_nvidia_smi_answers_one_dict_per_gpu_keyed_by_the_fields_asked(tmp_path, monkeypatch):
+    asked = tmp_path / "asked"
+    fake_nvidia_smi(tmp_path, monkeypatch, f'echo "$@" > {asked}\nprintf "{H100}\\n{H100}\\n\\n"')
+    gpus = hardware.nvidia_smi("name", "driver_version", "memory.total", "compute_cap")
+    assert asked.read_text().split() == ["--query-gpu=name,driver_version,memory.total,compute_cap",
+                                         "--format=csv,noheader,nounits"]
+    assert gpus == [{"name": "NVIDIA H100 80GB HBM3", "driver_version": "580.82.07", "memory.total": "81559",
+                     "compute_cap": "9.0"}] * 2
+    from support import env
+    fake_nvidia_smi(tmp_path, monkeypatch, 'echo "NVIDIA H200"')
+    assert env.gpu_names() == ["NVIDIA H200"]
+
+
+@pytest.mark.parametrize("script", [
+    None,                                                                             # no nvidia-smi at all
+    'echo "NVIDIA-SMI has failed because it couldn\'t communicate with the NVIDIA driver."; exit 9',
+    'echo "No devices were found"; exit 6',
+    "exit 0",                                                                         # a driver without GPUs
+    'echo "NVIDIA H100 80GB HBM3"',                                                   # not one value per field
+])
+def test_nvidia_smi_missing_failing_or_odd_is_no_gpus(tmp_path, monkeypatch, script):
+    fake_nvidia_smi(tmp_path, monkeypatch, script)
+    assert hardware.nvidia_smi("name", "driver_version") == []
+
+
+def test_a_hung_nvidia_smi_is_no_gpus_after_the_timeout(tmp_path, monkeypatch):
+    fake_nvidia_smi(tmp_path, monkeypatch, "exec sleep 20")
+    monkeypatch.setattr(hardware, "NVIDIA_SMI_TIMEOUT", 0.5)
+    start = time.monotonic()
+    assert hardware.nvidia_smi("name") == [] and time.monotonic() - start < 10
+
+
+def test_support_hardware_imports_with_the_standard_library_alone():
+    """scripts/setup_envs.py reads nvidia-smi through it with the user's bare python3, before numpy exists: without
+    site-packages (-S), nothing but the standard library and support's own modules is imported."""
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); import support.hardware as h; h.nvidia_smi('name'); "
+            "names = sys.stdlib_module_names | {'support', '__main__'}; "
+            "print(sorted({m.split('.')[0] for m in sys.modules} - names))")
+    done = subprocess.run([sys.executable, "-I", "-S", "-c", code, str(ROOT)], capture_output=True, text=True,
+                          check=False, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
