@@ -13,7 +13,7 @@ envs:
 	$(PYTHON) -m scripts.setup_envs
 
 run: envs
-	$(MODERN) scripts/run_all.py $(ARGS)
+	$(MODERN) -m scripts.run_all $(ARGS)
 
 test: envs
 	$(MODERN) -m pytest $(ARGS)

@@ -33,6 +33,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 from scripts import report, suite
+from scripts.results import Identity, Layout
 from scripts.report.readme import headline_profile
 from scripts.report.rows import TASK_TITLES, baseline
 from scripts.report.tables import provenance, results_table
@@ -228,11 +229,12 @@ def latest_profile(rows: list[dict]) -> str | None:
 
 def runs(task: str, stem: str, task_rows: list[dict], machine_dir: Path, out_dir: Path) -> list[dict]:
     """One entry per run of a notebook (its variants) in the task's rows: status, error, executed copy."""
-    found = {r["variant"] or "": r for r in task_rows if r["framework"] == suite.notebook_framework(stem)}
+    found = {r["identity"]: r for r in task_rows}
     out = []
     for parameters in suite.stem_variants(task, stem):
-        variant = suite.variant_label(parameters)
-        r = found.get(variant) or {"status": "not run", "error": None, "executed_notebook": None}
+        run = Identity.of(task, suite.notebook_framework(stem), parameters)
+        variant = run.line
+        r = found.get(run) or {"status": "not run", "error": None, "executed_notebook": None}
         executed = machine_dir / r["executed_notebook"] if r["executed_notebook"] else None
         out.append({"variant": variant, "status": r["status"], "error": r["error"] or "",
                     "executed": href(executed, out_dir) if executed and executed.exists() else None})
@@ -247,7 +249,7 @@ def task_page(task: str, notebooks: Path, rows: list[dict], profile: str | None,
     cells = {f: sections(notebooks / task / f"{f}.ipynb", render) for f in frameworks}
     titles = ([INTRODUCTION] if any(INTRODUCTION in c for c in cells.values()) else []) + headings
     task_rows = baseline([r for r in rows if r["task"] == task and r["profile"] == profile])
-    plot = machine_dir / "plots" / str(profile) / f"{task}.png"
+    plot = Layout(machine_dir).plots(str(profile)) / f"{task}.png"
     return {
         "task": task, "title": TASK_TITLES.get(task, task),
         "columns": [{"framework": f, "label": label(f), "notebook": href(notebooks / task / f"{f}.ipynb", out_dir),
@@ -296,7 +298,7 @@ def build(machine_dir: Path, out_dir: Path | None = None, profile: str | None = 
     import jinja2
 
     machine_dir = Path(machine_dir)
-    out_dir = Path(out_dir or machine_dir / "site")
+    out_dir = Path(out_dir or Layout(machine_dir).site)
     if rows is None:                    # the runner passes the rows report.build has just loaded
         rows = report.load_rows(machine_dir) if (machine_dir / "records").is_dir() else []
     profile = profile or latest_profile(rows)
@@ -310,7 +312,7 @@ def build(machine_dir: Path, out_dir: Path | None = None, profile: str | None = 
     environment.filters["spans"] = spans          # the report's text, for text.html's macros
     common = {"tasks": [(t, pages[t]["title"]) for t in tasks], "machine": machine_dir.name, "profile": profile}
     out_dir.mkdir(parents=True, exist_ok=True)
-    results_md = machine_dir / "results.md"
+    results_md = Layout(machine_dir).markdown
     profile_rows = [r for r in rows if r["profile"] == profile]
     atomic_write(out_dir / "index.html", environment.get_template("index.html").render(
         common, matrix=index_matrix(tasks, pages, notebooks), page="index",

@@ -16,8 +16,8 @@ its own precision's peak. A precision the device does not compute at hardware sp
 bfloat16 on a CPU without avx512_bf16 or AMX) is not calibrated: its peak is absent, its reason under "errors",
 as a peak that cannot be measured is (a GPU that fails keeps the CPU's); the float32 peak never depends on another.
 
-    .venvs/modern/bin/python scripts/calibrate.py              # JSON on stdout
-    .venvs/modern/bin/python scripts/calibrate.py --cuda       # also the GPU
+    .venvs/modern/bin/python -m scripts.calibrate              # JSON on stdout
+    .venvs/modern/bin/python -m scripts.calibrate --cuda       # also the GPU
 """
 from __future__ import annotations
 
@@ -28,9 +28,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from support import hardware, timing  # noqa: E402  (support first: it points caches at .cache/)
+from support import hardware, timing  # support first: it points caches at .cache/
 
 SIZES = {"cpu": 2048, "cuda": 8192}          # at the BLAS's peak (on the 2-core Zen 5, 2048 runs as fast as 4096)
 BUDGET_S = {"cpu": 1.5, "cuda": 1.0}         # seconds of timed repeats per kernel: the count comes from a first call

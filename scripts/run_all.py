@@ -1,13 +1,13 @@
 #!/usr/bin/env python
 """Run every notebook headless in its own kernel, then build the results tables.
 
-    python scripts/run_all.py                          # the whole suite at this machine's profile
-    python scripts/run_all.py --task cnn_cifar10 --framework pytorch --profile tiny
-    python scripts/run_all.py --resume                 # skip what has an ok record made from the same inputs
-    python scripts/run_all.py --data ~/datasets        # a folder holding cifar-10-python.tar.gz, imdb.npz, chestxray14/
-    python scripts/run_all.py --profile tiny --parity  # also check every model against the numpy reference
-    python scripts/run_all.py --profile tiny --jobs 2  # smoke runs two at a time (recorded as not timed)
-    python scripts/run_all.py --report-only            # rebuild tables, plots, README and reader only
+    python -m scripts.run_all                          # the whole suite at this machine's profile
+    python -m scripts.run_all --task cnn_cifar10 --framework pytorch --profile tiny
+    python -m scripts.run_all --resume                 # skip what has an ok record made from the same inputs
+    python -m scripts.run_all --data ~/datasets        # a folder holding cifar-10-python.tar.gz, imdb.npz, chestxray14/
+    python -m scripts.run_all --profile tiny --parity  # also check every model against the numpy reference
+    python -m scripts.run_all --profile tiny --jobs 2  # smoke runs two at a time (recorded as not timed)
+    python -m scripts.run_all --report-only            # rebuild tables, plots, README and reader only
 
 The pipeline: pick the notebooks (task x framework x variant) and each one's profile -> run
 each with papermill in its kernel, one at a time so that timings never share the machine,
@@ -25,13 +25,11 @@ time holds a results folder (a lock file, .runner.lock): a second one stops with
 from __future__ import annotations
 
 import argparse
-import fcntl
 import fnmatch
 import json
 import os
-import shutil
 import signal
-import socket
+import shutil
 import subprocess
 import sys
 import threading
@@ -41,75 +39,35 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from scripts import build_site, papermill_rank, report, suite  # noqa: E402
-from support import env, hardware, params, precision, records, tasks  # noqa: E402
-from support.data import SOURCES as DATA_WORDS  # noqa: E402
-from support.timing import batch_sizes as timing_sizes  # noqa: E402
-from support.records import SCHEMA, RecordError, atomic_write_json, read  # noqa: E402
+from scripts import build_site, papermill_rank, report, results, suite
+from scripts.jobs import (FINAL, Job, inputs, job_environment, kernel_environment, kill_tree, missing_parameters,
+                          notebook_parameters, outcome, why_rerun)
+from scripts.results import Layout, RecordError
+from scripts.suite import comma_list
+from support import env, hardware, params, precision, tasks
+from support.data import SOURCES as DATA_WORDS
+from support.timing import batch_sizes as timing_sizes
 
 DEFAULT_TIMEOUT = {"tiny": 600, "cpu": 1800, "full": 6 * 3600}
-LOCK_NAME = ".runner.lock"
-STAGING = ".staging"       # results/<machine>/.staging/<profile>/<key>/: a run in progress
 
 
-@dataclass
-class Job:
-    task: str
-    framework: str
-    parameters: dict        # the variant's papermill parameters, e.g. {"backend": "jax"}
-    notebook: Path
-    matrix: dict = field(default_factory=dict)   # the variant matrix's parameters, {} for the baseline
-    profile: str = ""       # resolved for this notebook: see resolve_profiles()
-    stopped: str | None = None     # why it cannot run here (its GPU environment cannot compute): resolve_profiles()
-    cpu_reason: str | None = None  # on a GPU machine, why it runs on the CPU (its record says so)
-    data: str | None = None  # what its `data` parameter gets, for tasks that have one
-
-    @property
-    def variant(self) -> str:
-        return "-".join(filter(None, (suite.variant_label(self.parameters), suite.matrix_label(self.matrix))))
-
-    @property
-    def key(self) -> str:
-        return "__".join(filter(None, (self.task, self.framework, self.variant)))
-
-    @property
-    def title(self) -> str:
-        return f"{self.task}/{self.framework}" + (f" ({self.variant})" if self.variant else "")
-
-    @property
-    def environment(self) -> str:
-        return suite.run_environment(self.framework, self.parameters)
-
-    def paths(self, out: Path) -> dict[str, Path]:
-        """Where the run's record, executed notebook and log end up."""
-        name = f"{self.framework}{'-' + self.variant if self.variant else ''}.ipynb"
-        return {"record": out / "records" / self.profile / f"{self.key}.json",
-                "executed": out / "executed" / self.profile / self.task / name,
-                "log": out / "logs" / self.profile / f"{self.key}.log"}
-
-    def staging(self, out: Path) -> Path:
-        """The folder a run in progress writes in: the same files as `paths`, under the same names."""
-        return out / STAGING / self.profile / self.key
-
-
-def split_names(values: list[str] | None, valid, what: str, parser) -> list[str]:
-    """Comma-separated or repeated names, checked against `valid` with a one-line error."""
-    names = [n for v in values or [] for n in v.split(",") if n]
-    for n in names:
+def check_names(names: list[str] | None, valid, what: str, parser) -> list[str]:
+    """Names given (comma-separated or repeated: comma_list), checked against `valid` with a one-line error;
+    all of `valid` where none were given."""
+    for n in names or []:
         if n not in valid:
             parser.exit(2, f"run_all.py: unknown {what} {n!r}; choose from: {', '.join(valid)}\n")
-    return names or list(valid)
+    return list(dict.fromkeys(names)) if names else list(valid)
 
 
-def parse_data(values: list[str] | None, parser) -> dict[str, str]:
+def parse_data(items: list[str] | None, parser) -> dict[str, str]:
     """--data as {task: value} for every task whose notebooks take `data`: a word (auto, real,
     synthetic), a path (the dataset's file, or a folder holding the datasets' files), or TASK=PATH."""
     takes_data = [name for name, task in tasks.TASKS.items() if "data" in task.parameters]
     how = (f"give {', '.join(DATA_WORDS)}, a folder holding the datasets (cifar-10-python.tar.gz, imdb.npz, "
            f"chestxray14/), or TASK=PATH for one task ({', '.join(takes_data)})")
     chosen = dict.fromkeys(takes_data, "auto")
-    for item in (i for v in values or [] for i in v.split(",") if i):
+    for item in items or []:
         name, _, value = item.partition("=") if item.split("=", 1)[0] in tasks.TASKS else ("", "", item)
         if name and name not in takes_data:
             parser.exit(2, f"run_all.py: --data {item}: the {name} notebooks read no dataset; {how}\n")
@@ -125,30 +83,30 @@ def parse_data(values: list[str] | None, parser) -> dict[str, str]:
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 2)[2])
-    p.add_argument("--task", action="append", help=f"task(s) to run, comma-separated (default: all of {', '.join(suite.TASKS)})")
-    p.add_argument("--framework", action="append",
+    p.add_argument("--task", type=comma_list, action="extend", help=f"task(s) to run, comma-separated (default: all of {', '.join(suite.TASKS)})")
+    p.add_argument("--framework", type=comma_list, action="extend",
                    help=f"framework(s) to run, comma-separated (default: all of {', '.join(suite.FRAMEWORKS)})")
     p.add_argument("--profile", default="auto",
                    help="full, cpu, tiny, or auto (default): full for each notebook whose framework sees a GPU, "
                         "cpu for the others")
-    p.add_argument("--data", action="append",
+    p.add_argument("--data", type=comma_list, action="extend",
                    help="auto (default), real, synthetic, a dataset path or a folder holding the datasets' files, "
                         "or TASK=PATH; comma-separated or repeated")
     p.add_argument("--parity", action="store_true",
                    help="also run the parity step of the notebooks that have one: shared weights, "
                         "outputs checked against the numpy reference (off by default: timed runs leave it off)")
-    p.add_argument("--precision", action="append",
+    p.add_argument("--precision", type=comma_list, action="extend",
                    help=f"the variant matrix's precisions, comma-separated: {', '.join(precision.PRECISIONS)} "
                         "(default fp32, the baseline); tf32 and fp16 need a GPU, and a combination a framework "
                         "cannot run is recorded as unsupported with its reason")
-    p.add_argument("--compilation", action="append",
+    p.add_argument("--compilation", type=comma_list, action="extend",
                    help="the variant matrix's compilation settings, comma-separated: auto (default: each framework's "
                         "own, the baseline), on, off; the one equal to a framework's default is its baseline run")
     p.add_argument("--batch-size", dest="batch_sizes", default="",
                    help="beside each run, a run of the notebook's batch-size sweep, e.g. 1,64,max (max: doubling until "
                         "memory or the profile's sweep_budget_s runs out); its rows are the variant 'sweep' "
                         "(with --resume, the runs already recorded are not repeated)")
-    p.add_argument("--devices", default=str(tasks.DEVICES_DEFAULT),
+    p.add_argument("--devices", type=comma_list, default=[str(tasks.DEVICES_DEFAULT)],
                    help="device counts to train on, data-parallel, comma-separated, e.g. 1,2,4, or all (default 1), "
                         "for the tasks whose notebooks take `devices` (DenseNet-121); each count is a run of its own. "
                         "Capped at this machine's GPUs, or without one at its cores: CPU devices share the cores, "
@@ -157,7 +115,7 @@ def parse_args(argv=None):
                    help="runs of each baseline of the tasks with an accuracy band (CNN, GRU, DenseNet-121): the task's "
                         "seed and the next ones, each a row of its own (variant 'seed43'); the band judges each "
                         "framework line by the mean over them (default 1: the task's seed alone)")
-    p.add_argument("--only", action="append", metavar="KEYS",
+    p.add_argument("--only", type=comma_list, action="extend", metavar="KEYS",
                    help="of the notebook runs planned, only those whose key (task__framework__variant, the record's "
                         "name) matches one of these shell patterns, comma-separated, e.g. "
                         "'gru_imdb__*,cnn_cifar10__pytorch__bf16'; a pattern that matches no planned run is an error")
@@ -185,8 +143,8 @@ def parse_args(argv=None):
     p.add_argument("--list", action="store_true", help="print the notebooks that would run, and stop")
     args = p.parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)
-    args.tasks = split_names(args.task, suite.TASKS, "task", p)
-    args.frameworks = split_names(args.framework, list(suite.FRAMEWORKS), "framework", p)
+    args.tasks = check_names(args.task, suite.TASKS, "task", p)
+    args.frameworks = check_names(args.framework, list(suite.FRAMEWORKS), "framework", p)
     if args.profile not in ("auto",) + suite.PROFILES:
         p.exit(2, f"run_all.py: unknown profile {args.profile!r}; choose from: auto, {', '.join(suite.PROFILES)}\n")
     if args.jobs < 1:
@@ -194,11 +152,11 @@ def parse_args(argv=None):
     if args.seeds < 1:
         p.exit(2, f"run_all.py: --seeds {args.seeds}: give 1 or more runs of each baseline\n")
     args.data = parse_data(args.data, p)
-    args.only = [pattern for value in args.only or [] for pattern in value.split(",") if pattern]
-    # Without the flag, the matrix is the baseline alone (split_names' own default would be every value).
-    args.precisions = split_names(args.precision or [tasks.VARIANT_PARAMETERS["precision"]], precision.PRECISIONS,
+    args.only = args.only or []
+    # Without the flag, the matrix is the baseline alone (check_names' own default would be every value).
+    args.precisions = check_names(args.precision or [tasks.VARIANT_PARAMETERS["precision"]], precision.PRECISIONS,
                                   "precision", p)
-    args.compilations = split_names(args.compilation or [tasks.VARIANT_PARAMETERS["compilation"]],
+    args.compilations = check_names(args.compilation or [tasks.VARIANT_PARAMETERS["compilation"]],
                                     precision.COMPILATIONS, "compilation", p)
     args.device_counts = parse_devices(args.devices, p)
     args.gpu = bool(env.gpu_names())     # nvidia-smi lists a GPU: the calibration and some defaults depend on it
@@ -211,7 +169,7 @@ def parse_args(argv=None):
         os.environ.update(hardware.caps(args.cpu_isa))
     # What every record of this run is made from besides its notebook and pins (see inputs()), found once.
     args.hardware = env.machine_name()
-    args.support = digest(*support_files())
+    args.support = suite.digest(*suite.support_files())
     args.run_id = time.strftime("%Y%m%dT%H%M%S")
     args.machine = args.machine or args.hardware
     return args
@@ -220,20 +178,15 @@ def parse_args(argv=None):
 def machine_devices() -> tuple[int, str]:
     """How many devices a data-parallel run can have here, and what they are: the GPUs `nvidia-smi` lists,
     else one CPU device per core."""
-    try:
-        listed = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30).stdout
-        gpus = sum(line.startswith("GPU ") for line in listed.splitlines())
-    except (OSError, subprocess.SubprocessError):
-        gpus = 0
+    gpus = len(env.gpu_names())
     if gpus:
         return gpus, f"{gpus} GPU{'s' if gpus > 1 else ''}"
     cores = os.cpu_count() or 1
     return cores, f"{cores} CPU core{'s' if cores > 1 else ''} and no GPU"
 
 
-def parse_devices(text: str, parser) -> list[int]:
-    """--devices: counts >= 1 or `all`, comma-separated; those above what this machine has are left out, saying so."""
-    items = [v.strip() for v in str(text).split(",") if v.strip()]
+def parse_devices(items: list[str], parser) -> list[int]:
+    """--devices: counts >= 1 or `all`; those above what this machine has are left out, saying so."""
     for item in items:
         if item != "all" and not (item.isdigit() and int(item) >= 1):
             parser.exit(2, f"run_all.py: --devices {item!r}: give whole numbers of at least 1, or all (e.g. 1,2,4)\n")
@@ -248,11 +201,11 @@ def parse_devices(text: str, parser) -> list[int]:
         elif n not in counts:
             counts.append(n)
     if not counts:
-        parser.exit(2, f"run_all.py: --devices {text!r}: no count fits this machine ({what})\n")
+        parser.exit(2, f"run_all.py: --devices {','.join(items)!r}: no count fits this machine ({what})\n")
     return counts
 
 
-def matrices(args, task: str, framework: str, run: dict) -> list[dict]:
+def matrices(args, task: str, framework: str, parameters: dict) -> list[dict]:
     """The variant matrix for one notebook variant: every precision x compilation (x device count, for a task
     that trains on several devices) asked for, and beside each, with --batch-size, a run of the sweep (its
     own run, so that no sweep's large batches reach the memory or the times of another row), in the task's
@@ -260,15 +213,15 @@ def matrices(args, task: str, framework: str, run: dict) -> list[dict]:
     default is dropped (that run is the baseline), so no run repeats another under a second name."""
     # Whether the notebook's framework computes on a GPU decides some defaults (Keras on TensorFlow): a GPU listed
     # and this line's environment built for it (its CUDA lock set), as its probe will find before the run.
-    gpu = args.gpu and gpu_lock_set(suite.gpu_probe_key(framework, run)) is not None
+    gpu = args.gpu and gpu_lock_set(suite.gpu_probe_key(framework, parameters)) is not None
     sweep_modes = tasks.get(task).sweep_modes
-    sweeps = bool(args.batch_sizes) and (not sweep_modes or run.get("mode") in sweep_modes)
+    sweeps = bool(args.batch_sizes) and (not sweep_modes or parameters.get("mode") in sweep_modes)
     counts = args.device_counts if tasks.get(task).parallel else [tasks.DEVICES_DEFAULT]
     out = []
     for chosen in args.precisions:
         for compilation in args.compilations:
             for devices in counts:
-                default = precision.default(suite.compilation_key(framework, run, gpu, devices), task)
+                default = precision.default(suite.compilation_key(framework, parameters, gpu, devices), task)
                 matrix = {"precision": chosen, "compilation": compilation}
                 matrix = {k: v for k, v in matrix.items() if v != tasks.VARIANT_PARAMETERS[k] and
                           not (k == "compilation" and v == default)}
@@ -282,15 +235,6 @@ def matrices(args, task: str, framework: str, run: dict) -> list[dict]:
     return out
 
 
-def job_environment(job: Job, args) -> dict:
-    """The kernel's environment for one run: the runner's (kernel_environment), and for a run of the baseline on
-    another seed (--seeds) that seed, through support.params' override."""
-    environment = kernel_environment(args.jobs)
-    if "seed" in job.matrix:
-        environment[params.OVERRIDE_VARIABLE] = f"seed={job.matrix['seed']}"
-    return environment
-
-
 def plan(args) -> list[Job]:
     """Every (task, framework, variant) asked for whose notebook exists, in table order; each notebook
     variant once per entry of the variant matrix (only the baseline when none is asked for); with --only,
@@ -298,11 +242,11 @@ def plan(args) -> list[Job]:
     jobs = []
     for task in args.tasks:
         for framework in args.frameworks:
-            for run in suite.variants(task, framework):
-                notebook = suite.notebook_path(task, framework, run, args.notebooks)   # a variant may be its own file
+            for parameters in suite.variants(task, framework):
+                notebook = suite.notebook_path(task, framework, parameters, args.notebooks)  # a variant's own file?
                 if notebook.exists():
-                    jobs += [Job(task, framework, run, notebook, matrix=matrix, data=args.data.get(task))
-                             for matrix in matrices(args, task, framework, run)]
+                    jobs += [Job(task, framework, parameters, notebook, matrix=matrix, data=args.data.get(task))
+                             for matrix in matrices(args, task, framework, parameters)]
     if not args.only:
         return jobs
     matches = {pattern: {job.key for job in jobs if fnmatch.fnmatchcase(job.key, pattern)} for pattern in args.only}
@@ -359,7 +303,7 @@ def resolve_profiles(jobs: list[Job], args) -> list[str]:
             stopped[key] = (f"{suite.LABELS[key]} cannot compute on the GPU although its environment was built for "
                             f"it (lock set {built}): {detail or 'its probe sees no GPU'}; likely a driver older than "
                             f"CUDA {suite.LOCK_SETS[built].cuda} needs, CUDA_VISIBLE_DEVICES hiding the GPU, or an "
-                            "environment built on another machine: run `python3 scripts/setup_envs.py --force`")
+                            "environment built on another machine: run `python3 -m scripts.setup_envs --force`")
             lines.append(f"{key}: stopped: {stopped[key]}")
         else:
             reasons[key] = (f"{suite.LABELS[key]} runs on the CPU here"
@@ -373,86 +317,7 @@ def resolve_profiles(jobs: list[Job], args) -> list[str]:
     return lines
 
 
-# --- what a run is made from ------------------------------------------------------------------
-
-digest, support_files = suite.digest, suite.support_files     # what a record was made from (suite)
-
-
-def notebook_parameters(job: Job, args, record_path: Path) -> dict:
-    """What papermill passes to the notebook: of the runner's parameters, those it declares."""
-    offered = {"profile": job.profile, "record_path": str(Path(record_path).resolve()), "data": job.data,
-               **({"parity": True} if args.parity else {}), **job.parameters, **job.matrix}
-    declared = suite.declared_parameters(job.notebook)
-    return {name: value for name, value in offered.items() if name in declared and value is not None}
-
-
-def inputs(job: Job, parameters: dict, args) -> dict:
-    """What the record was made from: --resume reruns a notebook when any of these changed."""
-    pins = suite.lock_file(job.environment)
-    return {"parameters": {k: v for k, v in parameters.items() if k != "record_path"},
-            "notebook": digest(job.notebook),
-            "support": args.support,
-            "pins": digest(pins, suite.REQUIREMENTS / f"{job.environment}-constraints.txt"),
-            "lock_set": pins.stem,
-            "hardware": args.hardware,
-            "timed": args.timed}
-
-
-FINAL = ("ok",) + precision.STATUSES     # what --resume keeps: a result, or a combination that cannot run
-INPUT_CHANGES = {"notebook": "the notebook changed", "support": "support/ changed",
-                 "pins": "its environment's pins changed", "hardware": "it ran on other hardware",
-                 "timed": "it ran untimed (--jobs above 1)"}
-
-
-def why_rerun(previous: dict | None, now: dict) -> str | None:
-    """None where `previous` is an ok record made from the inputs `now`; else why it must run again."""
-    if previous is None:
-        return "no record yet"
-    if previous["status"] not in FINAL:
-        return f"its last run ended {previous['status']}"
-    before = previous.get("inputs")
-    if not isinstance(before, dict):
-        return "its record predates input tracking"
-    for key, reason in INPUT_CHANGES.items():
-        if before.get(key) != now[key]:
-            return reason
-    old, new = before.get("parameters") or {}, now["parameters"]
-    changed = [f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
-    return f"its parameters changed ({', '.join(changed)})" if changed else None
-
-
 # --- running one notebook -----------------------------------------------------------------------
-
-def kernel_environment(jobs: int = 1) -> dict:
-    """The runner's environment plus the project's cache locations, for papermill and its kernels.
-    With several notebooks at once, each kernel gets its share of the cores and OpenMP threads that
-    sleep rather than spin while they wait: two kernels of two spinning threads on two cores made
-    MXNet's tiny DenseNet 10x slower (67 s against 7 s alone)."""
-    shared = {}
-    if jobs > 1:
-        threads = str(max(1, (os.cpu_count() or 1) // jobs))
-        shared = {"OMP_NUM_THREADS": threads, "OPENBLAS_NUM_THREADS": threads, "MKL_NUM_THREADS": threads,
-                  "OMP_WAIT_POLICY": "PASSIVE"}
-    outside = {k: v for k, v in os.environ.items() if k != params.OVERRIDE_VARIABLE}   # the profiles as they are
-    return {**outside, **env.project_environment(), "PYTHONUNBUFFERED": "1", **shared}
-
-
-def kill_tree(pid: int) -> None:
-    """Kill papermill and its kernel (jupyter_client starts kernels in their own session)."""
-    import psutil
-
-    try:
-        parent = psutil.Process(pid)
-        procs = parent.children(recursive=True) + [parent]
-    except psutil.NoSuchProcess:
-        return
-    for proc in procs:
-        try:
-            proc.kill()
-        except psutil.NoSuchProcess:
-            pass
-    psutil.wait_procs(procs, timeout=10)
-
 
 @dataclass
 class Active:
@@ -469,52 +334,29 @@ class Active:
             kill_tree(proc.pid)
 
 
-def run_job(job: Job, args, out: Path, active: Active) -> dict | None:
-    """Run one notebook in a staging folder; when it has ended, its record, executed notebook and log
-    replace the previous ones. Returns the record, or None where the run was interrupted (the
+def run_job(job: Job, args, layout: Layout, active: Active) -> dict | None:
+    """Run one notebook in a staging folder; when it has ended, results.finalize stores its record, executed
+    notebook and log in place of the previous ones. Returns the record, or None where the run was interrupted (the
     previous record, notebook and log are then left as they were)."""
-    paths, staging = job.paths(out), job.staging(out)
-    staged = {key: staging / path.name for key, path in paths.items()}
-    shutil.rmtree(staging, ignore_errors=True)          # a clean start: nothing from an earlier run
+    run = job.identity
+    staging, staged = layout.staging(job.profile, run), layout.staged(job.profile, run)
+    shutil.rmtree(staging, ignore_errors=True)  # a clean start: nothing from an earlier run
     staging.mkdir(parents=True)
-    parameters = notebook_parameters(job, args, staged["record"])
-    missing = [name for name in tasks.COMMON_PARAMETERS if name not in parameters]
+    parameters = notebook_parameters(job, staged["record"], parity=args.parity)
     start = time.time()
-    if missing:
-        status, error = "failed", (f"{suite.shown(job.notebook)} declares no {', '.join(missing)} in its cell tagged "
-                                   f"'parameters'; every notebook declares {', '.join(tasks.COMMON_PARAMETERS)}")
-    elif job.stopped:
-        status, error = "failed", job.stopped
+    error = missing_parameters(job, parameters) or job.stopped
+    if error:
+        status = "failed"
     else:
         status, error = execute(job, args, parameters, staged["executed"], staged["log"], active)
     if active.stopping.is_set():
         shutil.rmtree(staging, ignore_errors=True)
         return None
-    if status == "ok":
-        try:
-            record = read(staged["record"])
-        except (OSError, RecordError) as err:
-            status, error = "failed", f"the notebook finished but left no valid record: {err}"
-    elif status == "failed" and staged["record"].exists():
-        try:        # a precision or compilation the framework cannot run: the notebook wrote why, then stopped
-            record = read(staged["record"])
-            status = record["status"] if record["status"] in precision.STATUSES else status
-        except (OSError, RecordError):
-            pass
-    missing_kernel = hardware.kernel_failure(job.matrix.get("precision", precision.BASELINE), error) \
-        if status == "failed" else None
-    if missing_kernel:      # the framework's kernels for this CPU lack the precision: its words, never a failure
-        record = records.failed(job.task, job.framework, job.variant, job.profile, args.machine, "unsupported",
-                                missing_kernel, matrix=job.matrix)
-        record["precision"] = job.matrix["precision"]
-    elif status not in FINAL:
-        record = records.failed(job.task, job.framework, job.variant, job.profile, args.machine, status, error,
-                                matrix=job.matrix)
-    # The notebook names its own variant (a backend, a mode); the runner alone knows the matrix's part of it.
-    record.update(variant=job.variant, matrix=job.matrix, wall_s=round(time.time() - start, 1), timed=args.timed, inputs=inputs(job, parameters, args),
-                  run=args.run_id, executed_notebook=str(paths["executed"].relative_to(out)),
-                  log=str(paths["log"].relative_to(out)), **({"cpu_reason": job.cpu_reason} if job.cpu_reason else {}))
-    commit(record, paths, staged, out)
+    record = results.finalize(
+        layout, outcome(job, status, error, staged["record"], args.machine), run, job.profile, staged=staged,
+        run=args.run_id, wall_s=round(time.time() - start, 1), timed=args.timed,
+        inputs=inputs(job, parameters, support=args.support, hardware_name=args.hardware, timed=args.timed),
+        **({"cpu_reason": job.cpu_reason} if job.cpu_reason else {}))
     shutil.rmtree(staging, ignore_errors=True)
     return record
 
@@ -537,7 +379,7 @@ def execute(job: Job, args, parameters: dict, executed: Path, log: Path, active:
     with open(log, "w") as log_file:
         # Its own session: a terminal's Ctrl-C reaches the runner alone, which stops the kernels itself
         # and knows the run was interrupted rather than failed.
-        proc = subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT, env=job_environment(job, args),
+        proc = subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT, env=job_environment(job, args.jobs),
                                 stdin=subprocess.DEVNULL, start_new_session=True)
         with active.lock:
             active.procs.add(proc)
@@ -555,28 +397,6 @@ def execute(job: Job, args, parameters: dict, executed: Path, log: Path, active:
                 active.procs.discard(proc)
 
 
-def commit(record: dict, paths: dict, staged: dict, out: Path) -> None:
-    """Swap the finished run in: executed notebook and log first, the record last. An ok record that a
-    failed run replaces is kept under records/<profile>/superseded/, so no measurement is lost."""
-    previous = paths["record"]
-    if record["status"] != "ok" and previous.exists():
-        try:
-            if read(previous)["status"] == "ok":     # e.g. a precision that ran before and no longer does
-                kept = previous.parent / "superseded" / previous.name
-                kept.parent.mkdir(exist_ok=True)
-                previous.replace(kept)
-                record["superseded"] = str(kept.relative_to(out))
-        except RecordError:
-            pass
-    for key in ("executed", "log"):
-        paths[key].parent.mkdir(parents=True, exist_ok=True)
-        if staged[key].exists():
-            staged[key].replace(paths[key])
-        else:
-            paths[key].unlink(missing_ok=True)      # never leave an earlier run's copy beside this record
-    atomic_write_json(paths["record"], record)
-
-
 def summary_line(record: dict) -> str:
     if record["status"] != "ok":
         return f"{record['status'].upper()}: {record['error']}"
@@ -586,7 +406,7 @@ def summary_line(record: dict) -> str:
     return f"ok: {timing}, {metrics}"
 
 
-def run_suite(jobs: list[Job], args, out: Path) -> int:
+def run_suite(jobs: list[Job], args, layout: Layout) -> int:
     """Run the jobs (args.jobs at a time) under a progress bar; return how many failed or timed out
     (an unsupported or not applicable combination, recorded with its reason, is not a failure).
     Ctrl-C (or SIGTERM) stops every running kernel, keeps every record and raises KeyboardInterrupt."""
@@ -596,7 +416,9 @@ def run_suite(jobs: list[Job], args, out: Path) -> int:
     todo = []
     for job in jobs:
         if args.resume:
-            reason = why_rerun(previous_record(job, out), inputs(job, notebook_parameters(job, args, Path("r")), args))
+            parameters = notebook_parameters(job, Path("r"), parity=args.parity)
+            now = inputs(job, parameters, support=args.support, hardware_name=args.hardware, timed=args.timed)
+            reason = why_rerun(previous_record(job, layout), now)
             if reason is None:
                 bar.write(f"{job.title}: already ok, skipped (--resume)")
                 bar.update()
@@ -606,7 +428,7 @@ def run_suite(jobs: list[Job], args, out: Path) -> int:
     active, failures = Active(), 0
     pool = ThreadPoolExecutor(max_workers=args.jobs)
     try:
-        futures = {pool.submit(run_job, job, args, out, active): job for job in todo}
+        futures = {pool.submit(run_job, job, args, layout, active): job for job in todo}
         for future in as_completed(futures):
             record = future.result()
             if record is None:
@@ -623,42 +445,14 @@ def run_suite(jobs: list[Job], args, out: Path) -> int:
     return failures
 
 
-def previous_record(job: Job, out: Path) -> dict | None:
+def previous_record(job: Job, layout: Layout) -> dict | None:
     try:
-        return read(job.paths(out)["record"])
+        return results.read(layout.record(job.profile, job.identity))
     except (OSError, RecordError):
         return None
 
 
 # --- the results folder ---------------------------------------------------------------------------
-
-@contextmanager
-def results_lock(out: Path, argv: list[str]):
-    """Hold results/<machine>/ for this runner (an flock, released when the process ends, however it
-    ends); a second runner gets SystemExit with one line naming the holder."""
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / LOCK_NAME
-    handle = open(path, "a+")
-    try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        handle.seek(0)
-        holder = handle.read().strip() or "a process that has not said who it is"
-        handle.close()
-        raise SystemExit(f"run_all.py: {out} is in use by another runner ({holder}); two runs on one machine "
-                         f"share its CPU and spoil each other's timings: wait for it to end, or stop it") from None
-    try:
-        handle.seek(0)
-        handle.truncate()
-        handle.write(f"pid {os.getpid()} on {socket.gethostname()} since {time.strftime('%Y-%m-%d %H:%M:%S')}: "
-                     f"run_all.py {' '.join(argv)}".strip())
-        handle.flush()
-        yield
-    finally:
-        handle.truncate(0)
-        fcntl.flock(handle, fcntl.LOCK_UN)
-        handle.close()
-
 
 def build_reader(out: Path, args, rows: list[dict], profile: str | None) -> bool:
     """Rebuild the side-by-side reader for this run's profile (else the latest one recorded);
@@ -708,8 +502,8 @@ def main(argv=None) -> int:
                   f"{suite.kernel_name(job.environment)}")
         return 0
     try:
-        with results_lock(out, args.argv):
-            return run_and_report(jobs, args, out)
+        with results.hold(Layout(out), args.argv):
+            return run_and_report(jobs, args, Layout(out))
     except SystemExit as err:
         print(err, file=sys.stderr)
         return 2
@@ -731,7 +525,7 @@ def calibrate(gpu: bool) -> dict | None:
             print(f"machine calibration failed (DLROSETTA_CALIBRATION={recorded}: {err}); this run's rows get no MFU")
             return None
     python = suite.venv_python("modern")
-    command = [str(python if python.exists() else sys.executable), str(suite.ROOT / "scripts" / "calibrate.py")]
+    command = [str(python if python.exists() else sys.executable), "-m", "scripts.calibrate"]
     try:
         done = subprocess.run(command + (["--cuda"] if gpu else []), capture_output=True, text=True, timeout=600,
                               env={**os.environ, **env.project_environment()}, cwd=suite.ROOT)
@@ -743,11 +537,7 @@ def calibrate(gpu: bool) -> dict | None:
         return None
 
 
-def run_metadata_path(out: Path, run_id: str) -> Path:
-    return out / "runs" / f"{run_id}.json"
-
-
-def start_run(jobs: list[Job], args, out: Path) -> dict:
+def start_run(jobs: list[Job], args, layout: Layout) -> dict:
     """Measure the machine before the suite and write results/<machine>/runs/<run>.json."""
     gpu = args.gpu
     print("measuring this machine's peak matmul FLOP/s per precision (scripts/calibrate.py)")
@@ -765,11 +555,11 @@ def start_run(jobs: list[Job], args, out: Path) -> dict:
             print(f"  {key}: {peak['gflops']:.1f} GFLOP/s (median of {peak['repeats']}, {peak['library']})")
         for key, why in before.get("errors", {}).items():
             print(f"  {key}: {why}")
-    atomic_write_json(run_metadata_path(out, args.run_id), meta)
+    results.write_run(layout, meta)
     return meta
 
 
-def end_run(meta: dict, out: Path, started: float) -> None:
+def end_run(meta: dict, layout: Layout, started: float) -> None:
     """Measure the machine again after the suite (begun at time.monotonic() `started`): the same
     workload, so a drift shows in results.md."""
     after = calibrate(meta["gpu"])
@@ -781,18 +571,19 @@ def end_run(meta: dict, out: Path, started: float) -> None:
             first = meta["calibration"].get("before", {}).get(key)
             change = f" ({100 * (peak['gflops'] / first['gflops'] - 1):+.1f}% from the start)" if first else ""
             print(f"  {key} after the suite: {peak['gflops']:.1f} GFLOP/s{change}")
-    atomic_write_json(run_metadata_path(out, meta["run"]), meta)
+    results.write_run(layout, meta)
 
 
-def run_and_report(jobs: list[Job], args, out: Path) -> int:
+def run_and_report(jobs: list[Job], args, layout: Layout) -> int:
+    out = layout.root
     failures, reader_ok = 0, True
     try:
         if not args.report_only:
             with sigterm_as_interrupt():
                 started = time.monotonic()
-                meta = start_run(jobs, args, out)
-                failures = run_suite(jobs, args, out)
-                end_run(meta, out, started)
+                meta = start_run(jobs, args, layout)
+                failures = run_suite(jobs, args, layout)
+                end_run(meta, layout, started)
     except KeyboardInterrupt:
         print("interrupted: every record written before is kept, and the runs in progress left the previous "
               "ones untouched; --resume carries on from there")

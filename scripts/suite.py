@@ -14,10 +14,9 @@ from dataclasses import dataclass
 from itertools import zip_longest
 from pathlib import Path
 
+from support import frameworks, tasks  # standard library only
+
 ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-from support import frameworks, tasks  # noqa: E402  (standard library only)
 
 NOTEBOOKS = ROOT / "notebooks"
 VENVS = ROOT / ".venvs"
@@ -220,28 +219,14 @@ def variants(task: str, framework: str) -> list[dict]:
     return runs
 
 
-def variant_label(run: dict) -> str:
-    """'' for a notebook that runs once, else the values joined, e.g. 'jax' or 'jax-ram'."""
-    return "-".join(str(v) for v in run.values())
+def comma_list(text: str) -> list[str]:
+    """An argparse `type=` for names given comma-separated (and, with action="extend", repeated): 'a,b,,c' ->
+    ['a', 'b', 'c']."""
+    return [item.strip() for item in text.split(",") if item.strip()]
 
 
-# The variant matrix (run_all.py --precision, --compilation, --batch-size): papermill parameters every
-# notebook declares (support.tasks.VARIANT_PARAMETERS). A run that leaves them at their defaults is the
-# baseline; the others are labelled after the notebook's own variant, e.g. 'jax-ram-bf16-compiled'. A task whose
-# notebooks train on several devices (tasks.Task.parallel) also takes `devices` (--devices), labelled e.g. 'ram-2dev'.
-COMPILATION_LABELS = {"on": "compiled", "off": "eager"}
-
-
-def matrix_label(matrix: dict) -> str:
-    """'' for the baseline, else e.g. 'bf16', 'compiled', 'bf16-eager', '2dev' (2 devices), 'seed43' (the baseline
-    on another seed: --seeds), 'sweep'."""
-    default = tasks.VARIANT_PARAMETERS
-    parts = [matrix["precision"]] if matrix.get("precision", default["precision"]) != default["precision"] else []
-    parts += [COMPILATION_LABELS[matrix["compilation"]]] if matrix.get(
-        "compilation", default["compilation"]) != default["compilation"] else []
-    parts += [f"{matrix['devices']}dev"] if matrix.get("devices", tasks.DEVICES_DEFAULT) != tasks.DEVICES_DEFAULT else []
-    parts += [f"seed{matrix['seed']}"] if "seed" in matrix else []
-    return "-".join(parts + (["sweep"] if matrix.get("batch_sizes") else []))
+# A run's labels ('jax-ram-bf16-compiled', '2dev', 'seed43', 'sweep') are made from its identity's fields:
+# scripts/results.py, Identity.variant.
 
 
 def compilation_key(framework: str, parameters: dict, gpu: bool = False, devices: int = 1) -> str:

@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 # Cleared at import, before any test module is collected (and so before the runner's subprocesses).
 USER_SETTINGS = {name: os.environ.pop(name) for name in list(os.environ)

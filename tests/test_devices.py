@@ -15,7 +15,7 @@ import pytest
 import nbformat
 from nbformat.v4 import new_code_cell, new_notebook
 
-from scripts import papermill_rank, report, run_all, suite
+from scripts import jobs as jobs_, papermill_rank, report, run_all, suite
 from support import params, parity, records, timing
 from tests.test_variants import Clock, fake_steps, planned
 
@@ -175,7 +175,7 @@ def test_a_process_per_device_notebook_runs_once_per_rank_and_a_failing_ranks_er
     kernel = {"name": suite.kernel_name("modern"), "display_name": "modern", "language": "python"}
     nbformat.write(new_notebook(cells=cells, metadata={"kernelspec": kernel, "language_info": {"name": "python"}}),
                    notebook)
-    job = run_all.Job("densenet_chestxray", "pytorch", {}, notebook, matrix={"devices": 2}, profile="tiny")
+    job = jobs_.Job("densenet_chestxray", "pytorch", {}, notebook, matrix={"devices": 2}, profile="tiny")
     staging = tmp_path / "staging"
     staging.mkdir()
     executed, log = staging / "pytorch-2dev.ipynb", staging / "pytorch-2dev.log"
@@ -191,15 +191,15 @@ def test_a_process_per_device_notebook_runs_once_per_rank_and_a_failing_ranks_er
 # --- the several-devices table -------------------------------------------------------------------------
 
 def fake_densenet(framework, variant, devices, *, epoch_s=10.0, step_s=1.0, status="ok", error=None, **extra):
-    P = params.load("densenet_chestxray", "tiny")
-    batch = P.batch_size * devices
+    settings = params.load("densenet_chestxray", "tiny")
+    batch = settings.batch_size * devices
     lap = {"unit": "epoch", "median_s": epoch_s, "iqr_s": 0.1, "cv": 0.01, "n": 2, "warmup_s": [epoch_s],
-           "samples_per_s": P.n_train / epoch_s, "laps_s": [epoch_s] * 2}
+           "samples_per_s": settings.n_train / epoch_s, "laps_s": [epoch_s] * 2}
     steps = {"unit": "step", "median_s": step_s, "iqr_s": 0.01, "cv": 0.01, "n": 7, "warmup_s": [],
              "samples_per_s": batch / step_s, "laps_s": [step_s] * 7}
     matrix = {"devices": devices} if devices > 1 else {}
     return {"schema": 2, "task": "densenet_chestxray", "framework": framework, "variant": variant, "status": status,
-            "profile": "tiny", "data": "synthetic", "params": params.as_dict(P), "metrics": {"auc": 0.5},
+            "profile": "tiny", "data": "synthetic", "params": params.as_dict(settings), "metrics": {"auc": 0.5},
             "timing": lap, "steps": steps, "n_parameters": 10, "environment": ENV, "first_step_s": 0.5,
             "compile_s": None, "memory": {"host_peak_bytes": 2 ** 30, "device_peak_bytes": None},
             "flops": {"forward": 1e6, "train": 3e6}, "curve": [0.5], "matrix": matrix, "precision": "fp32",

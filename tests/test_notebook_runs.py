@@ -239,7 +239,7 @@ def test_each_run_ends_as_planned_and_writes_a_valid_record(request, key):
     assert record["status"] in expected(key), f"{job.title}: {record.get('error')} (log: {record.get('log')})"
     records.validate(record)
     assert (record["task"], record["framework"], record["variant"]) == (job.task, job.framework, job.variant)
-    assert record["profile"] == "tiny" and record["timed"] is False and record["matrix"] == job.matrix
+    assert record["profile"] == "tiny" and record["timed"] is False and record["identity"] == job.identity.as_dict()
     assert (folder / record["executed_notebook"]).exists() and (folder / record["log"]).exists()
     if record["status"] != "ok":
         assert REASONS.get(key, NO_BF16) in record["error"] and record["precision"] in precision.PRECISIONS

@@ -119,7 +119,7 @@ def test_links_to_the_projects_notes_reach_their_headings(path):
 def test_a_learners_path_holds_no_benchmark_call_workaround_or_precision_branch_in_a_function(path):
     """Issue 38: the benchmark's stops, checks and records under `## Measurement`; the machine's workarounds in the one
     cell tagged `concept:this-machine`; no step or evaluation function branching on `precision`
-    (`python scripts/notebook_lines.py --leaks` lists them all)."""
+    (`python -m scripts.notebook_lines --leaks` lists them all)."""
     from scripts import notebook_lines
 
     assert notebook_lines.leaks(path) == []

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from scripts import report, run_all
+from scripts import report, results, run_all
 from scripts.report.plots import throughput_error
 from scripts.report.readme import MACHINES_END, MACHINES_START, readme_table, write_machines
 from scripts.report.rows import COLUMNS, TIMING_COLUMNS, flagged
@@ -24,20 +24,21 @@ def steps(batch: int, step_s: float = STEP_S, per_repeat: int = 2) -> dict:
     return timing.steady_state(lambda: None, steps=per_repeat, samples=batch, clock=clock)
 
 
-def write(folder, framework, accuracy=None, *, task="cnn_cifar10", profile="tiny", n_parameters=100, variant="",
-          step_s=STEP_S, curve=None, compile_s=None, run=None, **extra):
-    """A schema-2 record as records.write makes it, with the run id the runner adds where given."""
-    P = params.load(task, profile)
+def write(folder, framework, accuracy=None, *, task="cnn_cifar10", profile="tiny", n_parameters=100,
+          parameters=None, matrix=None, step_s=STEP_S, curve=None, compile_s=None, run=None, **extra):
+    """A record as records.write makes it, stored by results.finalize as the runner stores it: `parameters` the
+    notebook's variant parameters ({"backend": "jax"}), `matrix` the variant matrix's ({"precision": "bf16"})."""
+    settings = params.load(task, profile)
     inference = task == "resnet50_features"
     metric = {} if inference else {"auc" if task == "densenet_chestxray" else "accuracy": accuracy}
-    key = "__".join(filter(None, (task, framework, variant)))
-    return records.write(
-        folder / "records" / profile / f"{key}.json", task=task, framework=framework, variant=variant, params=P,
+    record = records.write(
+        None, task=task, framework=framework, params=settings,
         data="synthetic", timing=timing.benchmark(lambda: None, 2, samples=4), metrics=metric,
         n_parameters=n_parameters, environment={"machine": "box", "device": "cpu"}, first_step_s=1.5,
-        compile_s=compile_s, steps=None if inference else steps(P.batch_size, step_s),
-        curve=None if inference else (curve or [accuracy / 2, accuracy, accuracy]),
-        extra=extra | ({"run": run} if run else {}))
+        compile_s=compile_s, steps=None if inference else steps(settings.batch_size, step_s),
+        curve=None if inference else (curve or [accuracy / 2, accuracy, accuracy]), extra=extra)
+    identity = results.Identity.of(task, framework, parameters, matrix)
+    return results.finalize(results.Layout(folder), record, identity, profile, **({"run": run} if run else {}))
 
 
 def run_file(folder, run_id="20261123T101500", before=PEAK, after=PEAK, overhead=2e-6, **changes):
@@ -239,7 +240,7 @@ def test_a_rows_mfu_divides_by_the_peak_of_its_own_precision(tmp_path):
     it divides by the bf16 peak, and a run that measured none leaves it without MFU, saying so."""
     write(tmp_path, "pytorch", 0.9, run="r1")
     path = tmp_path / "records" / "tiny" / "cnn_cifar10__pytorch__bf16.json"
-    write(tmp_path, "pytorch", 0.9, run="r1", variant="bf16", matrix={"precision": "bf16"})
+    write(tmp_path, "pytorch", 0.9, run="r1", matrix={"precision": "bf16"})
     path.write_text(json.dumps(json.loads(path.read_text()) | {"precision": "bf16"}))
     run_file(tmp_path, "r1")                                 # float32 only, as runs before 2026-11-27
     rows = {r["precision"]: r for r in report.build(tmp_path)}
@@ -262,12 +263,14 @@ def test_a_rows_mfu_divides_by_the_peak_of_its_own_precision(tmp_path):
 
 def test_schema_1_records_still_render_with_the_new_columns_empty(tmp_path):
     record = write(tmp_path, "pytorch", 0.9, compile_s=3.0)
-    legacy = {k: v for k, v in record.items() if k not in ("first_step_s", "memory", "flops", "steps", "curve")}
+    made_before = ("identity", "key")         # schema 1 and 2 records have no identity: it is migrated as read
+    legacy = {k: v for k, v in record.items()
+              if k not in ("first_step_s", "memory", "flops", "steps", "curve") + made_before}
     legacy |= {"schema": 1, "framework": "tensorflow"}
     (tmp_path / "records" / "tiny" / "cnn_cifar10__tensorflow.json").write_text(json.dumps(legacy))
     resnet = write(tmp_path, "mxnet", task="resnet50_features")
     (tmp_path / "records" / "tiny" / "resnet50_features__mxnet.json").write_text(json.dumps(
-        {k: v for k, v in resnet.items() if k not in ("first_step_s", "memory", "flops")} | {"schema": 1}))
+        {k: v for k, v in resnet.items() if k not in ("first_step_s", "memory", "flops") + made_before} | {"schema": 1}))
     readme = tmp_path / "README.md"
     readme.write_text("<!-- results:start -->\n<!-- results:end -->\n")
     rows = {(r["task"], r["framework"]): r for r in report.build(tmp_path, readme)}
@@ -313,7 +316,7 @@ def test_throughput_error_bars_come_from_the_quartiles_of_the_step_times():
 
 def test_densenet_auc_is_banded_only_at_the_full_profile(tmp_path):
     for framework, auc in (("pytorch", 0.6), ("tensorflow", 0.5), ("jax", 0.8)):
-        write(tmp_path, framework, auc, task="densenet_chestxray", variant="loader")
+        write(tmp_path, framework, auc, task="densenet_chestxray", parameters={"mode": "loader"})
     assert {r["band"] for r in report.build(tmp_path)} == {None}
 
 
@@ -363,20 +366,24 @@ def test_a_record_filed_under_another_name_is_a_failed_row(tmp_path):
     folder = tmp_path / "records"
     (folder / "tiny" / "cnn_cifar10__pytorch.json").rename(folder / "tiny" / "cnn_cifar10__jax.json")
     (folder / "cpu").mkdir()
-    (folder / "cpu" / "gru_imdb__pytorch.json").write_text(json.dumps(record | {"task": "gru_imdb"}))
+    moved = record | {"task": "gru_imdb", "identity": record["identity"] | {"task": "gru_imdb"}}
+    (folder / "cpu" / "gru_imdb__pytorch.json").write_text(json.dumps(moved))
+    (folder / "cpu" / "cnn_cifar10__chainer.json").write_text(json.dumps(record | {"framework": "chainer"}))
     errors = {(r["profile"], r["framework"]): r["error"] for r in report.build(tmp_path)}
     assert errors[("tiny", "jax")].endswith("cnn_cifar10__jax.json: the record is of cnn_cifar10__pytorch at profile "
                                             "tiny but is filed as cnn_cifar10__jax at tiny: move it, or run that "
                                             "notebook again")
     assert "is of gru_imdb__pytorch at profile tiny but is filed as gru_imdb__pytorch at cpu" in \
         errors[("cpu", "pytorch")]
+    assert errors[("cpu", "chainer")].endswith("cnn_cifar10__chainer.json: its identity is of cnn_cifar10/pytorch, "
+                                               "but the record says cnn_cifar10/chainer")
 
 
 def test_an_error_with_pipes_and_newlines_stays_in_its_cell(tmp_path):
     write(tmp_path, "pytorch", 0.9)
     failed = records.failed("cnn_cifar10", "jax", "", "tiny", "here", "failed",
                             "ValueError: shapes (4|8) and\n(8|2) differ\n| x | y |")
-    records.atomic_write_json(tmp_path / "records" / "tiny" / "cnn_cifar10__jax.json", failed)
+    results.finalize(results.Layout(tmp_path), failed, results.Identity("cnn_cifar10", "jax"), "tiny")
     readme = tmp_path / "README.md"
     readme.write_text("<!-- results:start -->\n<!-- results:end -->\n")
     report.build(tmp_path, readme)
@@ -412,7 +419,7 @@ def test_the_band_counts_each_framework_once(tmp_path):
     write(tmp_path, "tensorflow", 0.91)
     write(tmp_path, "jax", 0.92)
     for backend in ("tensorflow", "jax", "torch"):
-        write(tmp_path, "keras", 0.80, variant=backend)
+        write(tmp_path, "keras", 0.80, parameters={"backend": backend})
     rows = report.build(tmp_path)
     assert {r["framework"]: r["band"] for r in rows} == {"pytorch": "in", "tensorflow": "in", "jax": "in",
                                                         "keras": "outside"}
@@ -444,12 +451,11 @@ def test_a_line_run_on_several_seeds_is_judged_by_their_mean(tmp_path):
     # Run on three seeds, a line is judged by the mean over them; a line that learns worse on every seed stays out.
     for framework, value in (("pytorch", 0.78), ("tensorflow", 0.80), ("keras", 0.82), ("chainer", 0.80)):
         write(tmp_path, framework, value, task="gru_imdb", curve=[0.6, value, value])
-    for variant, value in (("", 0.86), ("seed43", 0.80), ("seed44", 0.81)):
-        write(tmp_path, "jax", value, task="gru_imdb", variant=variant, curve=[0.6, value, value],
-              matrix={"seed": int(variant[4:])} if variant else {})
-    for variant, value in (("", 0.70), ("seed43", 0.72), ("seed44", 0.74)):
-        write(tmp_path, "mxnet", value, task="gru_imdb", variant=variant, curve=[0.6, value, value],
-              matrix={"seed": int(variant[4:])} if variant else {})
+    for seed, value in ((None, 0.86), (43, 0.80), (44, 0.81)):
+        write(tmp_path, "jax", value, task="gru_imdb", curve=[0.6, value, value], matrix={"seed": seed} if seed else {})
+    for seed, value in ((None, 0.70), (43, 0.72), (44, 0.74)):
+        write(tmp_path, "mxnet", value, task="gru_imdb", curve=[0.6, value, value],
+              matrix={"seed": seed} if seed else {})
     rows = report.build(tmp_path)
     bands = {(r["framework"], r["matrix"]): (r["band"], round(r["band_value"], 4)) for r in rows}
     assert bands[("jax", "")] == bands[("jax", "seed43")] == ("in", 0.8233)

@@ -10,17 +10,17 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
-from scripts import run_all, suite
+from scripts import jobs as jobs_, results, run_all, suite
 from support import tasks
 
 OK = """
 import numpy as np
 from support import params, records, timing
-P = params.load(TASK, profile)
+settings = params.load(TASK, profile)
 summary = timing.benchmark(lambda: np.ones(10).sum(), repeats=3, warmup=1, samples=10)
 training = METRIC != "images_per_s"
 steps = timing.steady_state(lambda: np.ones(10).sum(), steps=2, samples=10) if training else None
-records.write(record_path, task=TASK, framework=FRAMEWORK, params=P, data="synthetic", timing=summary,
+records.write(record_path, task=TASK, framework=FRAMEWORK, params=settings, data="synthetic", timing=summary,
               steps=steps, first_step_s=0.01, curve=[0.5, 0.75] if training else None,
               metrics={METRIC: 0.75}, n_parameters=123, environment={"numpy": np.__version__, "machine": "test"})
 """
@@ -326,7 +326,7 @@ def test_one_registry_defines_each_framework_and_the_suite_reads_it():
 
 
 def test_the_support_input_covers_the_framework_measurement_modules():
-    files = {p.relative_to(suite.ROOT).as_posix() for p in run_all.support_files()}
+    files = {p.relative_to(suite.ROOT).as_posix() for p in suite.support_files()}
     assert {"support/timing.py", "support/measure/__init__.py", "support/measure/pytorch.py"} <= files
 
 
@@ -341,7 +341,7 @@ def test_the_mxnet_cnn_runs_once_per_api_each_from_its_own_notebook(tmp_path):
                                "--results", str(tmp_path), "--machine", "box"])
     jobs = run_all.plan(args)
     assert [(job.variant, job.notebook.name) for job in jobs] == [("gluon", "mxnet.ipynb"), ("module", "mxnet_module.ipynb")]
-    assert all("api" not in run_all.notebook_parameters(job, args, tmp_path / "r.json") for job in jobs)
+    assert all("api" not in jobs_.notebook_parameters(job, tmp_path / "r.json", parity=args.parity) for job in jobs)
 
 
 def test_parity_is_passed_only_to_the_notebooks_that_have_the_step(tmp_path):
@@ -349,13 +349,13 @@ def test_parity_is_passed_only_to_the_notebooks_that_have_the_step(tmp_path):
     plan = run_all.plan(args)
     run_all.resolve_profiles(plan, args)
     jobs = {job.task: job for job in plan if job.framework == "pytorch"}   # the last variant
-    passed = {task: run_all.notebook_parameters(job, args, tmp_path / "r.json") for task, job in jobs.items()}
+    passed = {task: jobs_.notebook_parameters(job, tmp_path / "r.json", parity=args.parity) for task, job in jobs.items()}
     assert {task for task, p in passed.items() if p.get("parity") is True} == {"cnn_cifar10", "gru_imdb",
                                                                               "resnet50_features"}
     assert passed["densenet_chestxray"] == {"profile": "tiny", "record_path": str(tmp_path / "r.json"),
                                             "mode": "ram", "data": "auto"}
     plain = run_all.parse_args(["--profile", "tiny"])
-    assert "parity" not in run_all.notebook_parameters(jobs["cnn_cifar10"], plain, tmp_path / "r.json")
+    assert "parity" not in jobs_.notebook_parameters(jobs["cnn_cifar10"], tmp_path / "r.json", parity=plain.parity)
     assert "data" not in passed["resnet50_features"]       # its notebooks declare none: papermill's inspection says so
 
 
@@ -379,11 +379,9 @@ def runner_process(tmp_path, *extra, site=False):
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=default_interrupt)
 
 
-def run_files(out, key="gru_imdb__pytorch", task="gru_imdb", name="pytorch"):
+def run_files(out, run=results.Identity("gru_imdb", "pytorch")):
     """The record, executed notebook and log of one run, as bytes."""
-    paths = {"record": out / "records" / "tiny" / f"{key}.json", "executed": out / "executed" / "tiny" / task / f"{name}.ipynb",
-             "log": out / "logs" / "tiny" / f"{key}.log"}
-    return {k: p.read_bytes() for k, p in paths.items()}
+    return {k: p.read_bytes() for k, p in results.Layout(out).paths("tiny", run).items()}
 
 
 def wait_for(predicate, seconds=120, what="the condition"):
@@ -456,7 +454,7 @@ def test_resume_reruns_a_notebook_whose_inputs_changed_and_says_why(tmp_path, ca
 
 def test_a_second_runner_on_the_same_results_is_refused_naming_the_holder(tmp_path):
     out = tmp_path / "results" / "box"
-    with run_all.results_lock(out, ["--profile", "tiny"]):
+    with results.hold(results.Layout(out), ["--profile", "tiny"]):
         proc = subprocess.run([sys.executable, str(suite.ROOT / "scripts" / "run_all.py"), *runner_args(tmp_path)],
                               capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
@@ -507,7 +505,7 @@ def test_a_dataset_path_is_passed_through_absolute(tmp_path, monkeypatch):
                          "gru_imdb": "synthetic"}
     jobs = {job.task: job for job in run_all.plan(args) if job.framework == "pytorch"}
     run_all.resolve_profiles(list(jobs.values()), args)
-    assert run_all.notebook_parameters(jobs["cnn_cifar10"], args, tmp_path / "r.json")["data"] == str(tmp_path / "data")
+    assert jobs_.notebook_parameters(jobs["cnn_cifar10"], tmp_path / "r.json", parity=args.parity)["data"] == str(tmp_path / "data")
 
 
 @pytest.mark.parametrize("value, message", [
@@ -534,7 +532,7 @@ def test_auto_on_a_gpu_machine_gives_full_only_to_frameworks_that_see_it(monkeyp
                  "gru_imdb/jax [full]", "gru_imdb/tensorflow [cpu]", "gru_imdb/keras (tensorflow) [cpu]",
                  "gru_imdb/mxnet [cpu]", "gru_imdb/chainer [cpu]",
                  "profile auto: full where the framework computes on the GPU (NVIDIA H100 80GB HBM3 x1), cpu elsewhere",
-                 "tensorflow sees no GPU: its notebooks run the cpu profile; run `python3 scripts/setup_envs.py` on "
+                 "tensorflow sees no GPU: its notebooks run the cpu profile; run `python3 -m scripts.setup_envs` on "
                  "this machine: where nvidia-smi answers it builds the CUDA lock sets",
                  "mxnet sees no GPU: its notebooks run the cpu profile; MXNet 1.9.1, its last release, has GPU wheels "
                  "only up to mxnet-cu117",
@@ -562,7 +560,7 @@ def test_a_line_built_for_the_gpu_that_cannot_compute_there_stops_with_its_cause
     assert f"pytorch: stopped: {pytorch.stopped}" in lines and mxnet.stopped is None
     assert mxnet.profile == "cpu" and mxnet.cpu_reason.startswith("MXNet runs on the CPU here: MXNet 1.9.1")
     out = tmp_path / "results"
-    record = run_all.run_job(pytorch, run_all.parse_args(["--results", str(out), "--machine", "box"]), out,
+    record = run_all.run_job(pytorch, run_all.parse_args(["--results", str(out), "--machine", "box"]), results.Layout(out),
                              run_all.Active())
     assert record["status"] == "failed" and record["error"] == pytorch.stopped
     assert record["inputs"]["lock_set"] == "modern-cuda"
@@ -597,11 +595,11 @@ def test_mixed_profiles_in_the_readme_table_are_labelled(tmp_path):
 
 def test_concurrent_kernels_share_the_cores_and_wait_passively(monkeypatch):
     monkeypatch.setattr("os.cpu_count", lambda: 4)
-    shared = run_all.kernel_environment(jobs=2)
+    shared = jobs_.kernel_environment(jobs=2)
     assert {k: shared[k] for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OMP_WAIT_POLICY")} \
         == {"OMP_NUM_THREADS": "2", "OPENBLAS_NUM_THREADS": "2", "MKL_NUM_THREADS": "2", "OMP_WAIT_POLICY": "PASSIVE"}
     monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
-    assert "OMP_WAIT_POLICY" not in run_all.kernel_environment(jobs=1)      # a timed run: the frameworks' own choice
+    assert "OMP_WAIT_POLICY" not in jobs_.kernel_environment(jobs=1)      # a timed run: the frameworks' own choice
 
 
 def test_only_picks_the_planned_runs_whose_keys_match(capsys):
@@ -653,7 +651,7 @@ def test_keras_on_tensorflow_has_its_gpu_default_only_on_one_gpu_it_computes_on(
     """Keras's jit_compile="auto" is XLA on TensorFlow where it computes on a GPU, off under a strategy (several
     devices): the variant that differs from that default is the one the runner plans, as the notebook resolves it."""
     from support import env
-    monkeypatch.setattr(env, "gpu_names", lambda: ["NVIDIA H100 80GB HBM3"])
+    monkeypatch.setattr(env, "gpu_names", lambda: ["NVIDIA H100 80GB HBM3"] * 2)    # two: --devices 2 fits
     monkeypatch.setattr(suite, "chosen_lock_sets", lambda: sets)
     args = run_all.parse_args(["--task", "densenet_chestxray", "--framework", "keras", "--compilation", "auto,on,off",
                                "--devices", "1,2"])

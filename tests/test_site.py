@@ -41,7 +41,7 @@ def screenshots(tmp_path_factory):
 @pytest.fixture(scope="module")
 def browser(tmp_path_factory):
     if not CHROMIUM.exists():
-        pytest.skip(f"{CHROMIUM} is missing: `python3 scripts/setup_envs.py` installs it as root, or apt-get install "
+        pytest.skip(f"{CHROMIUM} is missing: `python3 -m scripts.setup_envs` installs it as root, or apt-get install "
                     f"{' '.join(setup_envs.SYSTEM_PACKAGES)}")
     from playwright.sync_api import sync_playwright
 

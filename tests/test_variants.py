@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pytest
 
-from scripts import report, run_all, suite
+from scripts import jobs as jobs_, report, run_all, suite
 from support import params, precision, records, timing
 from tests.test_runner import OK, fake_calibrate, write_notebook
 
@@ -40,15 +40,15 @@ def test_auto_is_each_frameworks_own_default():
 
 def test_stop_writes_an_unsupported_record_with_the_reason_and_ends_the_notebook(tmp_path):
     path = tmp_path / "r.json"
-    P = params.load("cnn_cifar10", "tiny")
+    settings = params.load("cnn_cifar10", "tiny")
     with pytest.raises(precision.Unsupported, match="^unsupported: numpy has no bfloat16"):
-        records.stop(path, "numpy has no bfloat16", task="cnn_cifar10", framework="chainer", params=P,
+        records.stop(path, "numpy has no bfloat16", task="cnn_cifar10", framework="chainer", params=settings,
                        environment=ENV, precision="bf16", compilation="off")
     r = records.read(path)
     assert (r["status"], r["error"], r["precision"], r["compilation"]) == ("unsupported", "numpy has no bfloat16",
                                                                           "bf16", "off")
     with pytest.raises(precision.Unsupported, match="^not applicable: "):
-        records.stop(path, "JAX compiles by construction", task="cnn_cifar10", framework="jax", params=P,
+        records.stop(path, "JAX compiles by construction", task="cnn_cifar10", framework="jax", params=settings,
                        environment=ENV, precision="fp32", compilation="off", status="not_applicable")
     assert records.read(path)["status"] == "not_applicable"
 
@@ -238,15 +238,15 @@ def test_a_sweep_is_recorded_and_a_malformed_one_refused(tmp_path):
     clock = Clock()
     sweep = timing.sweep(fake_steps(clock), "1,4", budget_s=100, clock=clock, available=lambda: None, peak=lambda: 0)
     assert sweep["stopped"] == "every size asked for ran"
-    P = params.load("resnet50_features", "tiny")
+    settings = params.load("resnet50_features", "tiny")
     summary = timing.benchmark(lambda: None, repeats=7, samples=4)
-    r = records.write(tmp_path / "r.json", task="resnet50_features", framework="x", params=P, data="synthetic",
+    r = records.write(tmp_path / "r.json", task="resnet50_features", framework="x", params=settings, data="synthetic",
                       timing=summary, metrics={}, n_parameters=1, environment=ENV, first_step_s=0.1, sweep=sweep,
                       precision="bf16", compilation="on")
     assert records.read(tmp_path / "r.json")["sweep"]["sizes"][1]["batch_size"] == 4
     assert (r["precision"], r["compilation"]) == ("bf16", "on")
     bad = dict(r, sweep={"sizes": [{"batch_size": 0}], "stopped": "x"})
-    with pytest.raises(records.RecordError, match="^sweep is "):
+    with pytest.raises(records.RecordError, match=r"^sweep\.sizes\[0\] lacks samples_per_s"):
         records.validate(bad)
     with pytest.raises(records.RecordError, match="^precision is str \"fp8\""):
         records.validate(dict(r, precision="fp8"))
@@ -299,9 +299,9 @@ def test_a_bad_matrix_value_is_one_line(argv, message, capsys):
 
 STOPPING = """
 from support import params, records
-P = params.load(TASK, profile)
+settings = params.load(TASK, profile)
 if precision == "bf16":
-    records.stop(record_path, "numpy has no bfloat16", task=TASK, framework=FRAMEWORK, params=P,
+    records.stop(record_path, "numpy has no bfloat16", task=TASK, framework=FRAMEWORK, params=settings,
                  environment={"machine": "test"}, precision=precision, compilation="off")
 """ + OK.replace("environment=", "precision=precision, environment=")
 
@@ -316,10 +316,10 @@ def test_an_unsupported_combination_is_kept_with_its_reason_not_counted_failed_a
     assert run_all.main(argv) == 0
     folder = tmp_path / "results" / "box"
     stopped = json.loads((folder / "records" / "tiny" / "gru_imdb__chainer__bf16.json").read_text())
-    assert (stopped["status"], stopped["error"], stopped["matrix"]) == ("unsupported", "numpy has no bfloat16",
-                                                                       {"precision": "bf16"})
+    assert (stopped["status"], stopped["error"], stopped["identity"]["precision"]) == (
+        "unsupported", "numpy has no bfloat16", "bf16")
     base = json.loads((folder / "records" / "tiny" / "gru_imdb__chainer.json").read_text())
-    assert base["status"] == "ok" and base["precision"] == "fp32" and base["matrix"] == {}
+    assert base["status"] == "ok" and base["precision"] == "fp32" and base["identity"]["precision"] == "fp32"
     markdown = (folder / "results.md").read_text()
     assert "## Variants: GRU on IMDB (profile `tiny`)" in markdown
     assert "| chainer | bf16 | bf16 | no | **unsupported**: numpy has no bfloat16 |" in markdown
@@ -330,11 +330,12 @@ def test_an_unsupported_combination_is_kept_with_its_reason_not_counted_failed_a
 # --- the variant tables ----------------------------------------------------------------------------
 
 def fake_record(framework, variant, matrix, samples_per_s, *, value=0.8, status="ok", sweep=None, **extra):
-    P = params.load("cnn_cifar10", "tiny")
+    settings = params.load("cnn_cifar10", "tiny")
     steps = {"unit": "step", "median_s": 32 / samples_per_s, "iqr_s": 0.001, "cv": 0.01, "n": 7, "warmup_s": [],
              "samples_per_s": samples_per_s, "laps_s": [32 / samples_per_s] * 7}
     record = {"schema": 2, "task": "cnn_cifar10", "framework": framework, "variant": variant, "status": status,
-              "profile": "tiny", "data": "synthetic", "params": params.as_dict(P), "metrics": {"accuracy": value},
+              "profile": "tiny", "data": "synthetic", "params": params.as_dict(settings),
+              "metrics": {"accuracy": value},
               "timing": {"unit": "epoch", "median_s": 1.0, "iqr_s": 0.1, "cv": 0.1, "n": 2, "warmup_s": [1.2],
                          "samples_per_s": 500.0, "laps_s": [1.0, 1.0]},
               "steps": steps, "n_parameters": 10, "environment": ENV, "first_step_s": 0.5, "compile_s": None,
@@ -386,8 +387,8 @@ def test_seeds_run_each_banded_baseline_again_on_the_next_seeds_through_the_para
     monkeypatch.setenv("DLROSETTA_PARAMS", "epochs=1")      # a user's override never reaches a run
     args = run_all.parse_args(["--task", "gru_imdb", "--framework", "jax", "--seeds", "2"])
     baseline, again = run_all.plan(args)
-    assert "DLROSETTA_PARAMS" not in run_all.job_environment(baseline, args)
-    assert run_all.job_environment(again, args)["DLROSETTA_PARAMS"] == "seed=43"
+    assert "DLROSETTA_PARAMS" not in jobs_.job_environment(baseline, args.jobs)
+    assert jobs_.job_environment(again, args.jobs)["DLROSETTA_PARAMS"] == "seed=43"
     assert params.overrides("gru_imdb", "seed=43") == {"seed": 43}
 
 

@@ -14,6 +14,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from scripts.results import Layout
+
 from .peaks import attach_peaks, load_runs
 from .plots import plot, plot_curves, plot_sweeps, plot_variants
 from .readme import headline_profile, readme_table, update_readme, write_machines
@@ -47,12 +49,13 @@ def build(machine_dir: Path, readme: Path | None = None) -> list[dict]:
     if not rows:
         print(f"no records under {machine_dir / 'records'}")
         return rows
-    write_csv(rows, machine_dir / "results.csv")
-    write_sweeps_csv(rows, machine_dir / "sweeps.csv")
-    write_markdown(rows, machine_dir / "results.md", machine_dir.name, runs)
+    layout = Layout(machine_dir)
+    write_csv(rows, layout.csv)
+    write_sweeps_csv(rows, layout.sweeps_csv)
+    write_markdown(rows, layout.markdown, layout.machine, runs)
     for profile, task, task_rows in groups(rows):
         title = f"{TASK_TITLES.get(task, task)} ({profile} profile, {machine_dir.name})"
-        folder = machine_dir / "plots" / profile
+        folder = layout.plots(profile)
         base_rows = baseline(task_rows)
         if base_rows:
             plot(base_rows, folder / f"{task}.png", title)

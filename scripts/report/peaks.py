@@ -4,10 +4,9 @@ before and after the suite, the load averages and the harness's own overhead; ea
 """
 from __future__ import annotations
 
-import json
-import re
 from pathlib import Path
 
+from scripts.results import Layout, RunFileError, read_run
 from support import precision as prec
 
 from .rows import is_inference, number, row_title
@@ -15,10 +14,6 @@ from .text import EMPTY, Table, fmt, fmt_ms, markdown, markdown_table
 
 DRIFT_LIMIT = 0.10          # warn when the peak measured after the suite differs from before by more
 OVERHEAD_LIMIT = 0.01       # the harness's cost per lap should stay under this share of a step
-
-
-def run_path(machine_dir: Path, run_id: str) -> Path:
-    return machine_dir / "runs" / f"{run_id}.json"
 
 
 def peak_key(r: dict) -> str:
@@ -37,21 +32,12 @@ def peak(meta: dict, key: str, when: str = "before") -> float | None:
 def load_runs(machine_dir: Path, rows: list[dict]) -> dict[str, dict]:
     """{run id: {"path", "meta" (None when unusable), "problem" (why, or None)}} for every run the rows name."""
     runs = {}
+    layout = Layout(machine_dir)
     for run_id in dict.fromkeys(r["run"] for r in rows if r.get("run")):
-        path, meta, problem = run_path(machine_dir, run_id), None, None
-        if not re.fullmatch(r"[\w.-]+", run_id):
-            problem = "not a run id"
-        else:
-            try:
-                meta = json.loads(path.read_text(encoding="utf-8"))
-                if not isinstance(meta, dict) or not isinstance(meta.get("calibration"), dict) or not all(
-                        isinstance(v, dict) for v in meta["calibration"].values()):
-                    meta, problem = None, "malformed (no calibration object)"
-            except FileNotFoundError:
-                problem = "missing"
-            except (OSError, UnicodeDecodeError, ValueError) as err:
-                problem = f"not readable JSON ({' '.join(str(err).split())[:80]})"
-        runs[run_id] = {"path": path, "meta": meta, "problem": problem}
+        try:
+            runs[run_id] = {"path": layout.run_file(run_id), "meta": read_run(layout, run_id), "problem": None}
+        except RunFileError as err:
+            runs[run_id] = {"path": err.path, "meta": None, "problem": err.problem}
     return runs
 
 

@@ -5,6 +5,8 @@ plot is drawn. What the numbers mean: docs/methodology.md.
 """
 from __future__ import annotations
 
+import dataclasses
+
 from pathlib import Path
 
 from support.files import replacing
@@ -171,8 +173,8 @@ def plot_sweeps(sweeps: list[dict], path: Path, title: str) -> bool:
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
     for r in sweeps:
         sizes = r["sweep"]["sizes"]
-        label = f"{r['framework']}{' ' + r['line'] if r['line'] else ''}" + (
-            f" {r['matrix'].replace('-sweep', '').replace('sweep', '')}".rstrip())
+        beside = dataclasses.replace(r["identity"], sweep=False).matrix_label    # what the sweep ran with
+        label = f"{r['framework']}{' ' + r['line'] if r['line'] else ''}" + (f" {beside}" if beside else "")
         left.plot([s["batch_size"] for s in sizes], [s["samples_per_s"] for s in sizes], marker="o", label=label)
         right.plot([s["batch_size"] for s in sizes], [1e3 * s["p95_s"] for s in sizes], marker="o", label=label)
     for ax, what in ((left, "samples/s"), (right, "p95 latency, ms")):

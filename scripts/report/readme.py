@@ -12,8 +12,7 @@ from support import tasks
 from support.files import atomic_write
 from support.records import METRICS
 
-from .rows import (FRAMEWORK_ORDER, PROFILE_ORDER, TASK_TITLES, has_device_memory, is_inference, number, row_title,
-                   split_variant)
+from .rows import (FRAMEWORK_ORDER, PROFILE_ORDER, TASK_TITLES, has_device_memory, is_inference, number, row_title)
 from .tables import provenance, timed_cell
 from .text import (EMPTY, NOT_COMPARABLE, Span, Table, code, em, fmt, fmt_metric, fmt_mib, fmt_ms, fmt_pct, markdown,
                    markdown_table)
@@ -35,16 +34,16 @@ def readme_rows(rows: list[dict]) -> list[dict]:
     tiny). On a GPU machine a framework whose build sees no GPU runs `cpu` beside the others' `full`."""
     best: dict[tuple, str] = {}
     for r in rows:
-        line = (r["framework"], split_variant(r)[0])
+        line = (r["framework"], r["api"])
         if line not in best or PROFILE_ORDER.get(r["profile"], 99) < PROFILE_ORDER.get(best[line], 99):
             best[line] = r["profile"]
-    return [r for r in rows if best[(r["framework"], split_variant(r)[0])] == r["profile"]]
+    return [r for r in rows if best[(r["framework"], r["api"])] == r["profile"]]
 
 
 def shows_metric(r: dict) -> bool:
     """Whether the README shows this row's metric (DenseNet's RAM mode times the steps only)."""
     task = tasks.TASKS.get(r["task"])
-    return bool(task and task.metric and (not task.metric_modes or split_variant(r)[1] in task.metric_modes))
+    return bool(task and task.metric and (not task.metric_modes or r["mode"] in task.metric_modes))
 
 
 def readme_step_cell(r: dict) -> str:

@@ -4,14 +4,15 @@ accuracy band (`mark_band`, `flagged`); which rows each table takes (`baseline`,
 """
 from __future__ import annotations
 
+import dataclasses
 import math
-import re
 from pathlib import Path
 from statistics import median
 
-from scripts import suite
+from scripts import results, suite
+from scripts.results import Identity, Layout
 from support import tasks
-from support.records import METRICS, RecordError, read
+from support.records import METRICS, RecordError
 
 COLUMNS = (
     "task", "framework", "variant", "line", "matrix", "precision", "compilation", "status", "profile", "data", "timed",
@@ -40,7 +41,6 @@ FRAMEWORK_ORDER = {f: i for i, f in enumerate(suite.FRAMEWORKS)}
 # points. DenseNet's AUC is only checked on the full profile: the smaller ones score too few images.
 BAND = {name: task.band for name, task in tasks.TASKS.items() if task.band}
 BAND_EPOCHS = 2     # the band judges the best of the metric over a run's last this many epochs (its curve)
-SEED_RUN = re.compile(r"seed\d+")     # the matrix label of a baseline run again on another seed (--seeds)
 BAND_PROFILES = {name: task.band_profiles for name, task in tasks.TASKS.items()}
 
 
@@ -57,25 +57,28 @@ def is_inference(task: str) -> bool:
 
 def load_records(machine_dir: Path) -> list[dict]:
     """Every record under machine_dir/records/<profile>/; one that cannot be read, or that is filed
-    under another task, framework, variant or profile than its own, becomes a failed row naming
-    the file and the problem."""
+    under another key or profile than its identity's, becomes a failed row naming the file and the problem."""
     out = []
-    for path in sorted((machine_dir / "records").glob("*/*.json")):
+    for path in Layout(machine_dir).record_files():
         try:
-            record = read(path)
-            filed = {"key": path.stem, "profile": path.parent.name}
-            own = {"key": "__".join(filter(None, (record["task"], record["framework"], record["variant"]))),
-                   "profile": record["profile"]}
-            if own != filed:
+            record = results.read(path)
+            own = {"key": results.identity(record).key, "profile": record["profile"]}
+            if own != {"key": path.stem, "profile": path.parent.name}:
                 raise RecordError(f"{path}: the record is of {own['key']} at profile {own['profile']} but is filed "
-                                  f"as {filed['key']} at {filed['profile']}: move it, or run that notebook again")
+                                  f"as {path.stem} at {path.parent.name}: move it, or run that notebook again")
             out.append(record)
         except (OSError, RecordError) as err:
-            task, _, rest = path.stem.partition("__")
-            framework, _, variant = rest.partition("__")
-            out.append({"task": task, "framework": framework or "?", "variant": variant, "status": "failed",
-                        "profile": path.parent.name, "error": str(err)})
+            out.append(unreadable_row(path, str(err)))
     return out
+
+
+def unreadable_row(path: Path, error: str) -> dict:
+    """The failed row of a record that cannot be read: its file name is all there is to name it by, so its task and
+    framework are the name's first two parts and the rest shows as its variant."""
+    task, _, rest = path.stem.partition("__")
+    framework, _, variant = rest.partition("__")
+    return {"task": task, "framework": framework or "?", "variant": variant, "status": "failed",
+            "profile": path.parent.name, "error": error, "identity": Identity(task, framework or "?").as_dict()}
 
 
 def row(record: dict) -> dict:
@@ -97,12 +100,14 @@ def row(record: dict) -> dict:
     per_sample = flops.get("forward") if inference else flops.get("train")
     gflops = per_sample * compute / 1e9 if number(per_sample) and number(compute) else None
     memory = record.get("memory") or {}
-    variant, matrix = record.get("variant", ""), suite.matrix_label(record.get("matrix") or {})
-    line = variant[:-len(matrix)].rstrip("-") if matrix and variant.endswith(matrix) else variant
+    run = Identity(**record["identity"]) if "identity" in record else results.identity(record)
     out = {
-        "task": record["task"], "framework": record["framework"], "variant": variant,
+        "task": record["task"], "framework": record["framework"],
+        "variant": run.variant if "schema" in record else record.get("variant", ""),   # an unreadable file: its name
         # the notebook's own variant (Keras's backend, a mode) and the variant matrix's label ('' : baseline)
-        "line": line, "matrix": matrix, "precision": record.get("precision"), "compilation": record.get("compilation"),
+        "line": run.line, "matrix": run.matrix_label, "api": run.api, "mode": run.mode, "seed": run.seed,
+        "identity": run,        # not a CSV column: what the tables select rows by
+        "precision": record.get("precision"), "compilation": record.get("compilation"),
         "status": record["status"], "profile": record.get("profile"), "data": record.get("data"),
         "timed": record.get("timed", True), "run": record.get("run"),
         "unit": timing.get("unit"), "median_s": timing.get("median_s"), "q1_s": timing.get("q1_s"),
@@ -122,7 +127,7 @@ def row(record: dict) -> dict:
         "n_parameters": record.get("n_parameters"),
         "parity_error": (record.get("parity") or {}).get("max_rel_error"),
         # data parallelism: the devices (the record's, else the matrix's) and the one-step check against one device
-        "devices": record.get("devices") or (record.get("matrix") or {}).get("devices") or tasks.DEVICES_DEFAULT,
+        "devices": record.get("devices") or run.devices,
         "global_batch": record.get("global_batch_size"),
         "data_parallel_error": (record.get("data_parallel") or {}).get("max_rel_error"),
         "data_parallel_abs": (record.get("data_parallel") or {}).get("max_abs_diff"),
@@ -136,15 +141,6 @@ def row(record: dict) -> dict:
     if not out["timed"]:        # its runs shared the machine: no time of it is a measurement
         out.update(dict.fromkeys(TIMING_COLUMNS))
     return out
-
-
-def split_variant(r: dict) -> tuple[str, str]:
-    """(framework variant, task mode): 'jax-ram' -> ('jax', 'ram'); a task's mode is always last."""
-    task = tasks.TASKS.get(r["task"])
-    if task and task.modes:
-        *rest, mode = (r["variant"] or "").split("-")
-        return "-".join(rest), mode
-    return r["variant"] or "", ""
 
 
 def sort_key(r: dict):
@@ -185,7 +181,7 @@ def mark_band(rows: list[dict]) -> None:
     for (_, task, _), members in groups_.items():
         seeds = {}      # a framework line's baseline and its runs on other seeds
         for r in members:
-            if not r["matrix"] or SEED_RUN.fullmatch(r["matrix"]):
+            if dataclasses.replace(r["identity"], seed=None).baseline:   # the baseline, or it again on another seed
                 seeds.setdefault((r["framework"], r["line"]), []).append(r)
         for r in members:
             r["band_value"] = band_value(r)
@@ -195,7 +191,7 @@ def mark_band(rows: list[dict]) -> None:
                 r["band_value"], r["band_seeds"] = mean, len(family)
         by_framework = {}
         for (framework, _), family in seeds.items():   # the centre is the baselines'; a variant is held to it
-            if any(not r["matrix"] for r in family):
+            if any(r["identity"].baseline for r in family):
                 by_framework.setdefault(framework, []).append(family[0]["band_value"])
         if len(by_framework) < 2:
             continue
@@ -237,14 +233,14 @@ def has_curves(rows: list[dict]) -> bool:
 
 def baseline(rows: list[dict]) -> list[dict]:
     """The rows of baseline runs (no variant of the matrix): the main tables, the README and the reader."""
-    return [r for r in rows if not r["matrix"]]
+    return [r for r in rows if r["identity"].baseline]
 
 
 def speedup(r: dict, rows: list[dict]) -> float | None:
     """Compute samples/s over that of the same framework line's baseline (same task, profile and data)."""
     def same(x: dict) -> tuple:
         return x["task"], x["profile"], x["framework"], x["line"], x["data"]
-    base = next((b for b in rows if not b["matrix"] and b["status"] == "ok" and same(b) == same(r)), None)
+    base = next((b for b in rows if b["identity"].baseline and b["status"] == "ok" and same(b) == same(r)), None)
     if base is None or r["status"] != "ok" or not (number(r["compute_samples_per_s"]) and
                                                    number(base["compute_samples_per_s"])):
         return None
@@ -254,7 +250,7 @@ def speedup(r: dict, rows: list[dict]) -> float | None:
 def matrix_rows(task_rows: list[dict]) -> list[dict]:
     """The rows of the variant table: every line that has a variant, its baseline first; sweeps and runs on
     several devices apart (their own tables)."""
-    runs = [r for r in task_rows if "sweep" not in r["matrix"].split("-") and r["devices"] == tasks.DEVICES_DEFAULT]
+    runs = [r for r in task_rows if not r["identity"].sweep and r["identity"].devices == tasks.DEVICES_DEFAULT]
     lines = {(r["framework"], r["line"]) for r in runs if r["matrix"]}
     chosen = [dict(r, speedup=speedup(r, task_rows)) for r in runs if (r["framework"], r["line"]) in lines]
     return sorted(chosen, key=lambda r: (FRAMEWORK_ORDER.get(r["framework"], 99), r["line"], r["matrix"] != "",
@@ -270,8 +266,9 @@ def device_rows(task_rows: list[dict]) -> list[tuple[dict, dict | None]]:
     the default precision and compilation, in table order."""
     def same(r: dict) -> tuple:
         return (r["framework"], r["line"], r["precision"], r["compilation"], r["data"])
-    single = {same(r): r for r in task_rows if r["devices"] == tasks.DEVICES_DEFAULT and not r["matrix"]}
-    several = [r for r in task_rows if r["devices"] != tasks.DEVICES_DEFAULT and r["matrix"] == f"{r['devices']}dev"]
+    single = {same(r): r for r in task_rows if r["identity"].baseline}
+    several = [r for r in task_rows if r["identity"].devices != tasks.DEVICES_DEFAULT
+               and dataclasses.replace(r["identity"], devices=tasks.DEVICES_DEFAULT).baseline]
     several.sort(key=lambda r: (FRAMEWORK_ORDER.get(r["framework"], 99), r["line"], r["devices"]))
     return [(r, single.get(same(r))) for r in several]
 

@@ -14,7 +14,7 @@ from support.records import METRICS
 
 from .peaks import calibration_section
 from .rows import (BAND, COLUMNS, TASK_TITLES, baseline, comparable, device_rows, groups, has_curves, has_device_memory,
-                   is_inference, line_title, matrix_rows, row_title, scaling, split_variant, sweep_rows)
+                   is_inference, line_title, matrix_rows, row_title, scaling, sweep_rows)
 from .text import (EMPTY, NOT_COMPARABLE, Span, Table, Text, code, column_table, fmt, fmt_metric, fmt_mib, fmt_ms,
                    fmt_pct, fmt_range_ms, markdown, markdown_table, spans, strong)
 
@@ -234,8 +234,8 @@ def devices_table(pairs: list[tuple[dict, dict | None]]) -> Table:
             return EMPTY
         return f"{r['data_parallel_error']:.1e} ({r['data_parallel_abs']:.1e})"
     columns = [
-        ("framework", False, lambda r, o: line_title(dict(r, line=split_variant(dict(r, variant=r["line"]))[0]))),
-        ("mode", False, lambda r, o: split_variant(dict(r, variant=r["line"]))[1] or EMPTY),
+        ("framework", False, lambda r, o: line_title(dict(r, line=r["api"]))),
+        ("mode", False, lambda r, o: r["mode"] or EMPTY),
         ("devices", True, lambda r, o: str(r["devices"])),
         ("global batch", True, lambda r, o: fmt(r["global_batch"])),
         ("status", False, lambda r, o: status_cell(r)),
