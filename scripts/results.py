@@ -21,7 +21,7 @@ that a failed run would replace, and writes the record atomically. The runner (s
 machine's check (scripts/device_check.py) both finish each run through it.
 
 Records written before schema 3 carry no `identity`: `identity()` migrates them as it reads them (see
-`legacy_identity`), and `python -m scripts.results migrate results/` rewrites them in place once.
+`legacy_identity`), and `python -m scripts.results migrate results/` writes it into them in place, once.
 """
 
 from __future__ import annotations
@@ -361,7 +361,8 @@ def finalize(layout: Layout, record: dict, run: Identity, profile: str, /, *,
 
 def migrate(results: Path) -> list[Path]:
     """Rewrite every record under results/<machine>/records/ that has no identity with the one legacy_identity
-    gives it (schema 3, `identity` and `key` added, `matrix` folded in), atomically; return the files rewritten.
+    gives it (`identity` and `key` added, `matrix` folded into them, its schema number and measurements as they
+    were), atomically; return the files rewritten.
     A record filed under another key than its identity's is left alone and named on stderr."""
     changed = []
     for path in sorted(results.glob("*/records/*/*.json")) + sorted(results.glob("*/records/*/superseded/*.json")):
@@ -376,7 +377,7 @@ def migrate(results: Path) -> list[Path]:
         if run.key != path.stem:
             print(f"left as it is: {path} holds {run.key}", file=sys.stderr)
             continue
-        record = {**record, "schema": 3, "identity": run.as_dict(), "key": run.key, "variant": run.variant}
+        record = {**record, "identity": run.as_dict(), "key": run.key, "variant": run.variant}   # schema kept
         record.pop("matrix", None)
         atomic_write_json(path, records.validate(record))
         changed.append(path)
@@ -389,7 +390,7 @@ def main(argv=None) -> int:
     parser.add_argument("results", type=Path, nargs="?", default=suite.ROOT / "results")
     args = parser.parse_args(argv)
     changed = migrate(args.results)
-    print(f"{len(changed)} record(s) given their identity (schema 3)")
+    print(f"{len(changed)} record(s) given their identity")
     return 0
 
 
