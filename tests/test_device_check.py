@@ -1,13 +1,16 @@
 """scripts/device_check.py: notebooks run without papermill, one failure or hang never stops the rest,
-and the budget skips what would not fit. Toy notebooks in tmp_path; standard library and numpy only."""
+the budget skips what would not fit, and every run's record is the runner's (jobs.outcome, results.finalize).
+Toy notebooks in tmp_path; standard library and numpy only."""
 import json
 import sys
+import tarfile
 import time
 from pathlib import Path
 
 import pytest
 
-from scripts import device_check as dc, suite
+from scripts import device_check as dc
+from scripts import device_probes, jobs, notebook_exec, results, suite
 from support import params, records
 
 
@@ -31,30 +34,31 @@ def check_for(tmp_path: Path, budget_s: float = 120) -> dc.Check:
     return check
 
 
-def job(nb: Path, task="cnn_cifar10", label="pytorch", run=None, **kw) -> dc.Job:
+def job(nb: Path, task="cnn_cifar10", label="pytorch", parameters=None, **kw) -> dc.Planned:
     framework = "keras" if label.startswith("keras") else label
-    return dc.Job(task, framework, label, run or {}, nb, "tiny", "synthetic", **kw)
+    return dc.Planned(jobs.Job(task, framework, parameters or {}, nb, profile="tiny", data="synthetic"), label, **kw)
 
 
-# A toy notebook's record: a combination it cannot run (records.write_stopped), the simplest valid record.
-STOPPED = ("from support import params, records, precision\n"
-           "P = params.load('cnn_cifar10', profile)\n"
-           "records.write_stopped(record_path, task='cnn_cifar10', framework='pytorch', params=P,\n"
-           "    environment={'machine': 'toy'}, precision='bf16', compilation='off', status='unsupported',\n"
-           "    reason='a toy cannot', variant='')\n")
+def stopped(task: str = "cnn_cifar10", framework: str = "pytorch") -> str:
+    """A toy notebook's record: a combination it cannot run (records.write_stopped), the simplest valid record."""
+    return ("from support import params, records, precision\n"
+            f"P = params.load({task!r}, profile)\n"
+            f"records.write_stopped(record_path, task={task!r}, framework={framework!r}, params=P,\n"
+            "    environment={'machine': 'toy'}, precision='bf16', compilation='off', status='unsupported',\n"
+            "    reason='a toy cannot', variant='')\n")
 
 
 def test_parameters_are_injected_after_the_tagged_cell_as_papermill_does(tmp_path):
     nb = json.loads(notebook(tmp_path / "a.ipynb", "profile = 'auto'\nrecord_path = None", "x = 1").read_text())
-    injected = dc.inject_parameters(nb, {"profile": "tiny", "record_path": "/r.json", "parity": True})
+    injected = notebook_exec.inject_parameters(nb, {"profile": "tiny", "record_path": "/r.json", "parity": True})
     sources = [suite.cell_source(c) for c in injected["cells"]]
     assert sources[2] == "# Parameters\nprofile = 'tiny'\nrecord_path = '/r.json'\nparity = True\n"
     assert injected["cells"][2]["metadata"]["tags"] == ["injected-parameters"]
     assert sources[1].startswith("profile = 'auto'") and sources[3] == "x = 1"
-    again = dc.inject_parameters(injected, {"profile": "full"})      # an earlier injected cell is replaced
+    again = notebook_exec.inject_parameters(injected, {"profile": "full"})      # an earlier injected cell is replaced
     assert [suite.cell_source(c) for c in again["cells"]].count("# Parameters\nprofile = 'full'\n") == 1
     assert len(again["cells"]) == len(injected["cells"])
-    untagged = dc.inject_parameters(json.loads(notebook(tmp_path / "b.ipynb", "x = 1", tagged=None).read_text()),
+    untagged = notebook_exec.inject_parameters(json.loads(notebook(tmp_path / "b.ipynb", "x = 1", tagged=None).read_text()),
                                     {"profile": "tiny"})
     assert suite.cell_source(untagged["cells"][0]).startswith("# Parameters")
     assert suite.declared_parameters(nb) == ["profile", "record_path"]
@@ -85,7 +89,7 @@ def test_a_raising_cell_fails_its_run_with_its_error_line_and_the_next_run_still
                      "print('before')", "raise ValueError('the toy broke')", "print('never')")
     marker = tmp_path / "second-ran"
     second = notebook(tmp_path / "two" / "pytorch.ipynb", "profile = 'auto'\nrecord_path = None",
-                      f"open({str(marker)!r}, 'w').close()", STOPPED)
+                      f"open({str(marker)!r}, 'w').close()", stopped("gru_imdb"))
     check = check_for(tmp_path)
     dc.run_jobs(check, [job(first), job(second, task="gru_imdb")])
     runs = json.loads((check.out / "summary.json").read_text())["runs"]
@@ -96,12 +100,52 @@ def test_a_raising_cell_fails_its_run_with_its_error_line_and_the_next_run_still
     assert record["status"] == "failed" and record["error"] == runs[0]["error"]
     assert record["log"] == "logs/tiny/cnn_cifar10__pytorch.log"
     assert "the toy broke" in (check.out / "device_check.log").read_text()
-    import tarfile
     with tarfile.open(check.out / "records.tar.gz") as tar:
         names = tar.getnames()
     assert "results/toy-machine/records/tiny/cnn_cifar10__pytorch.json" in names
     assert "results/toy-machine/logs/tiny/gru_imdb__pytorch.log" in names
     assert "results/toy-machine/executed/tiny/cnn_cifar10/pytorch.ipynb" in names
+    assert not [name for name in names if results.STAGING in name]          # no run in progress is packed
+
+
+def test_a_runs_stored_record_is_exactly_what_results_finalize_writes(tmp_path, monkeypatch):
+    nb = notebook(tmp_path / "keras.ipynb", "profile = 'auto'\nrecord_path = None\nbackend = 'tensorflow'",
+                  stopped(framework="keras"))
+    written, finalize = [], results.finalize
+    monkeypatch.setattr(results, "finalize", lambda *args, **kwargs: written.append(finalize(*args, **kwargs))
+                        or written[-1])
+    check = check_for(tmp_path)
+    planned = job(nb, label="keras-jax", parameters={"backend": "jax"}, override="epochs=1")
+    dc.run_jobs(check, [planned])
+    path = check.layout.record("tiny", planned.job.identity)
+    stored = json.loads(path.read_text())
+    assert [stored] == written and stored["status"] == "unsupported"
+    assert stored["identity"] == results.Identity("cnn_cifar10", "keras", api="jax").as_dict()
+    assert stored["key"] == path.stem == "cnn_cifar10__keras__jax" and stored["schema"] == 3
+    assert results.identity(results.read(path)) == planned.job.identity
+    assert stored["executed_notebook"] == "executed/tiny/cnn_cifar10/keras-jax.ipynb"
+    assert stored["inputs"]["parameters"] == {"profile": "tiny", "backend": "jax"} and stored["inputs"]["pins"] is None
+    assert stored["run"] == check.run_id and stored["device_check"]["params_override"] == "epochs=1"
+    assert (check.results / stored["log"]).exists() and (check.results / stored["executed_notebook"]).exists()
+    assert not check.layout.staging("tiny", planned.job.identity).exists()
+
+
+def test_an_interrupted_run_leaves_the_previous_record_notebook_and_log_as_they_were(tmp_path, monkeypatch):
+    check = check_for(tmp_path)
+    planned = job(notebook(tmp_path / "pytorch.ipynb", "profile = 'auto'\nrecord_path = None", stopped()))
+    dc.run_jobs(check, [planned])
+    paths = check.layout.paths("tiny", planned.job.identity)
+    before = {name: path.read_bytes() for name, path in paths.items()}
+
+    def interrupted(check, notebook, executed, log, *args, **kwargs):     # SIGTERM while the notebook runs
+        log.write_text("half a log")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(dc, "execute", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        dc.run_jobs(check, [planned])
+    assert {name: path.read_bytes() for name, path in paths.items()} == before
+    assert not check.layout.staging("tiny", planned.job.identity).exists()
 
 
 def test_a_notebook_past_its_limit_is_killed_and_reported(tmp_path):
@@ -156,7 +200,7 @@ def test_each_run_gets_its_tasks_override_and_keras_its_backend(tmp_path):
                   f"json.dump([backend, os.environ.get('KERAS_BACKEND'), os.environ.get('DLROSETTA_PARAMS')], "
                   f"open({str(seen)!r}, 'w'))")
     check = check_for(tmp_path)
-    dc.run_jobs(check, [job(nb, label="keras-jax", run={"backend": "jax"}, override="epochs=1")])
+    dc.run_jobs(check, [job(nb, label="keras-jax", parameters={"backend": "jax"}, override="epochs=1")])
     assert json.loads(seen.read_text()) == ["jax", "jax", "epochs=1"]
     run = json.loads((check.out / "summary.json").read_text())["runs"][0]
     assert run["key"] == "cnn_cifar10__keras__jax" and run["override"] == "epochs=1"
@@ -168,8 +212,9 @@ def test_the_plan_is_the_priority_order_with_the_runners_keys():
     assert keys[:4] == ["cnn_cifar10__pytorch", "cnn_cifar10__jax", "cnn_cifar10__keras__torch",
                         "cnn_cifar10__keras__jax"]
     assert keys.index("densenet_chestxray__keras__jax-ram") < keys.index("densenet_chestxray__pytorch__loader")
-    assert len(keys) == 20 and all(j.data == ("synthetic" if j.task != "resnet50_features" else None) for j in jobs)
-    overrides = {j.task: j.override for j in jobs}
+    assert len(keys) == 20
+    assert all(p.job.data == ("synthetic" if p.job.task != "resnet50_features" else None) for p in jobs)
+    overrides = {p.job.task: p.override for p in jobs}
     assert overrides["gru_imdb"] == "epochs=1" and overrides["cnn_cifar10"] == dc.DEFAULT_OVERRIDES["cnn_cifar10"]
     for text in dc.DEFAULT_OVERRIDES.values():         # every default override is one params.load accepts
         for task in params.TASKS:
@@ -196,12 +241,12 @@ def test_carried_wheels_install_only_what_is_missing(tmp_path):
                                                        "Tag: py3-none-any\n")
             z.writestr(f"{name}-1.0.dist-info/RECORD", "")
     site = tmp_path / "site"
-    report = dc.install_wheels(wheels, site, say=lambda text: None)
+    report = device_probes.install_wheels(wheels, site, say=lambda text: None)
     try:
         assert report["error"] is None and report["installed"] == ["dlr_toy_missing-1.0-py3-none-any.whl"]
         assert any(p.startswith("pytest ") for p in report["present"])
         assert (site / "dlr_toy_missing" / "__init__.py").exists() and not (site / "pytest_shadow").exists()
-        assert sys.path[0] == str(site)
+        assert str(site) in sys.path          # a site directory of this process's (site.addsitedir)
     finally:
         sys.path.remove(str(site))
 
@@ -210,7 +255,7 @@ def test_the_torch_child_calibrates_each_precision_as_the_runner_does_and_checks
     """On a CPU: calibrate.py's peaks for the CPU's precisions, none for CUDA, and the float32 check against
     float64; the device check's peaks are the runner's (one function), so the report reads them alike."""
     from support import hardware
-    answer = dc.child_torch("tiny")
+    answer = device_probes.child_torch("tiny")
     calibration = answer["calibration"]
     bf16 = hardware.Cpu().bf16_by_flags()          # bf16 is calibrated where this CPU computes it (or may: a probe)
     assert {"cpu/float32"} | ({"cpu/bf16"} if bf16 else set()) <= set(calibration["peaks"]) <= {"cpu/float32", "cpu/bf16"}
@@ -219,3 +264,19 @@ def test_the_torch_child_calibrates_each_precision_as_the_runner_does_and_checks
     assert all(p["gflops"] > 0 for p in calibration["peaks"].values())
     assert answer["true_float32"]["true_float32"] is True
     assert answer["true_float32"]["relative_error"]["tf32_off"] < 1e-5
+
+
+def test_without_the_runners_modules_the_check_stops_in_one_line_naming_the_wheels(tmp_path, monkeypatch, capsys):
+    def no_jsonschema(*args, **kwargs):        # support.records on a machine that the carried wheels did not reach
+        raise ModuleNotFoundError("No module named 'jsonschema'")
+
+    monkeypatch.setattr(dc, "plan", no_jsonschema)
+    monkeypatch.setattr(dc.signal, "signal", lambda *args: None)     # pytest keeps its own SIGTERM
+    out = tmp_path / "out"
+    code = dc.main(["--out", str(out), "--profile", "tiny", "--machine", "toy", "--work", str(tmp_path / "work"),
+                    "--wheels", str(tmp_path / "no-wheels"), "--site", str(tmp_path / "no-site")])
+    line = ("device_check: the runner's modules do not import here (ModuleNotFoundError: No module named "
+            "'jsonschema'): run scripts/device_wheels.sh beforehand and carry .device along")
+    assert code == 2 and capsys.readouterr().out.splitlines()[-1] == line
+    assert json.loads((out / "summary.json").read_text())["error"] == line
+    assert (out / "device_check.log").read_text().splitlines()[-1] == line

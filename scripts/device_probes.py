@@ -1,0 +1,228 @@
+"""What the GPU machine's check asks of the machine itself, apart from the notebooks: the carried wheels installed
+offline, the versions it runs on, and the probes that run in child processes of their own (their threads and device
+memory leave with them):
+
+    python -m scripts.device_probes torch [PROFILE]   # versions, peak matmul per precision, the true-float32 check
+    python -m scripts.device_probes jax               # JAX's devices and its default float32 matmul's error
+    python -m scripts.device_probes rank              # one rank of the torch.distributed check (RANK, WORLD_SIZE...)
+
+Each prints one JSON line on stdout. scripts/device_check.py starts them and keeps their output in its log.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import re
+import shutil
+import site
+import subprocess
+import sys
+from pathlib import Path
+
+VERSIONS = ("torch", "torchvision", "triton", "jax", "jaxlib", "jax-cuda13-plugin", "jax-cuda12-plugin", "flax",
+            "optax", "orbax-checkpoint", "keras", "optree", "namex", "numpy", "ml-dtypes", "onnx", "onnxruntime",
+            "onnxscript", "onnx-ir", "jax2onnx", "scikit-learn", "psutil", "jsonschema", "filelock", "cupy-cuda13x",
+            "tensorflow", "papermill")
+
+
+# --- the carried wheels and the versions ------------------------------------------------------------------------
+
+def distribution_name(wheel: Path) -> str:
+    return re.sub(r"[-_.]+", "-", wheel.name.split("-")[0]).lower()
+
+
+def installed_version(name: str, paths: list[str] | None = None) -> str | None:
+    from importlib import metadata
+    try:
+        if paths is None:
+            return metadata.version(name)
+        found = list(metadata.distributions(name=name, path=paths))
+        return found[0].version if found else None
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def install_wheels(wheels: Path, target: Path, python: str = sys.executable, say=print) -> dict:
+    """Install each carried wheel whose distribution this Python lacks into `target` (pip --no-index --no-deps
+    --target; a wheel unpacked by zipfile where pip is missing), then add `target` to this process's path as a
+    site directory. Without wheels, a `target` folder prepared beforehand is used as it is."""
+    report = {"wheels": str(wheels), "site": str(target), "installed": [], "present": [], "error": None}
+    found = sorted(wheels.glob("*.whl")) if wheels.is_dir() else []
+    if found:
+        own = [p for p in sys.path if p not in os.environ.get("PYTHONPATH", "").split(os.pathsep) + [str(target)]]
+        present = {name: installed_version(name, own) for name in map(distribution_name, found)}   # this Python's
+        missing = [w for w in found if not present[distribution_name(w)]]
+        report["present"] = [f"{n} {v}" for n, v in present.items() if v]
+        shutil.rmtree(target, ignore_errors=True)
+        if missing:
+            def pip(wheels):
+                return subprocess.run([python, "-m", "pip", "install", "--quiet", "--no-index", "--no-deps",
+                                       "--no-compile", "--disable-pip-version-check", "--target", str(target),
+                                       "--upgrade", *map(str, wheels)], capture_output=True, text=True, check=False)
+            done = pip(missing)
+            if done.returncode == 0:
+                report["installed"] = [w.name for w in missing]
+            elif "No module named pip" in done.stderr:      # a wheel is a zip of what goes into site-packages
+                import zipfile
+                for wheel in missing:
+                    with zipfile.ZipFile(wheel) as z:
+                        z.extractall(target)
+                report.update(installed=[w.name for w in missing], unpacked_without_pip=True)
+            else:               # one at a time, so that one wheel this machine refuses keeps none of the others out
+                errors = []
+                for wheel in missing:
+                    one = pip([wheel])
+                    if one.returncode == 0:
+                        report["installed"].append(wheel.name)
+                    else:
+                        errors.append(f"{wheel.name}: {(one.stderr.strip().splitlines() or ['pip failed'])[-1]}")
+                report["error"] = "; ".join(errors) or None
+        say(f"carried wheels: installed {', '.join(report['installed']) or 'none'}"
+            f"{'; already here: ' + ', '.join(report['present']) if report['present'] else ''}"
+            f"{'; ERROR ' + report['error'] if report['error'] else ''}")
+    elif target.is_dir():
+        say(f"carried wheels: none in {wheels}; using the prepared {target}")
+    else:
+        say(f"carried wheels: none ({wheels} is absent): Keras, jax2onnx and jsonschema only if this machine has them")
+    if target.is_dir():
+        site.addsitedir(str(target))       # an install location (its .pth files too), not the project
+    return report
+
+
+def shm_free() -> int | None:
+    """Free bytes in /dev/shm, where DataLoader workers hand batches over (a container's default 64 MiB holds
+    about three of DenseNet-121's float32 batches of 32); None where there is none."""
+    try:
+        return shutil.disk_usage("/dev/shm").free
+    except OSError:
+        return None
+
+
+def versions(target: Path) -> dict:
+    """Python, the OS and every package the notebooks use, read without importing them."""
+    paths = [str(target)] + sys.path if target.is_dir() else None
+    return {"python": platform.python_version(), "executable": sys.executable,
+            "os": f"{platform.system()} {platform.release()}", "cpu_count": os.cpu_count(),
+            "shm_free_bytes": shm_free(),
+            **{name: installed_version(name, paths) for name in VERSIONS}}
+
+
+# --- the probes, each in a child process ---------------------------------------------------------------------------
+
+def nccl_version(torch) -> str | None:
+    try:
+        version = torch.cuda.nccl.version()
+    except Exception:        # noqa: BLE001  a build without NCCL
+        return None
+    return ".".join(map(str, version)) if isinstance(version, tuple) else str(version)
+
+
+def child_torch(profile: str) -> dict:
+    import torch
+
+    from scripts import calibrate
+    from support import precision
+
+    small = profile != "full"           # the tiny and cpu profiles check the code path, not the peak
+    cuda = torch.cuda.is_available()
+    info = {"torch": torch.__version__, "cuda_available": cuda, "cuda": torch.version.cuda,
+            "cudnn": torch.backends.cudnn.version() if cuda else None,
+            "nccl": nccl_version(torch) if cuda else None,
+            "devices": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if cuda else [],
+            "capability": ".".join(map(str, torch.cuda.get_device_capability())) if cuda else None}
+    measured = calibrate.measure(devices={"cpu": calibrate.KINDS["cpu"]}, **({"n": 1024} if small else {}))
+    if cuda:
+        gpu = calibrate.measure(devices={"cuda": calibrate.KINDS["cuda"]}, **({"n": 2048, "budget_s": 0.3} if small else {}))
+        measured["peaks"].update(gpu["peaks"])
+        measured.setdefault("errors", {}).update(gpu.get("errors", {}))
+        torch.cuda.empty_cache()
+    peaks, errors = measured["peaks"], measured.pop("errors", {})
+    true32 = {"how": "float32 matmul against float64, Frobenius norm of the difference over the exact product's"}
+    try:
+        device = "cuda" if cuda else "cpu"
+        n = 4096 if cuda and not small else 1024
+        gen = torch.Generator(device=device).manual_seed(0)
+        a, b = (torch.randn(n, n, device=device, generator=gen) for _ in range(2))
+        exact = a.double() @ b.double()
+        relative = {}
+        for name, tf32 in (("tf32_off", False), ("tf32_on", True)):
+            if tf32 and not cuda:
+                continue
+            if cuda:
+                calibrate.set_tf32(torch, tf32)
+            relative[name] = float(((a @ b).double() - exact).norm() / exact.norm())
+        if cuda:
+            calibrate.set_tf32(torch, False)
+        true32.update(device=device, n=n, relative_error=relative, true_float32=relative["tf32_off"] < 1e-5)
+    except Exception as err:      # noqa: BLE001
+        errors["true_float32"] = f"{type(err).__name__}: {err}"
+    precisions = {p: precision.peak_key("cuda", p) for p in precision.PEAK_KINDS}
+    return {"torch": info, "calibration": {**measured,      # the peaks, the harness overhead, the load, the date
+                                           "precisions": {k: v for k, v in precisions.items() if v in peaks},
+                                           **({"errors": errors} if errors else {}),
+                                           **({"note": "tiny or cpu profile: small matrices, not a peak"} if small else {})},
+            "true_float32": true32 if "relative_error" in true32 else None}
+
+
+def child_jax() -> dict:
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    backend = jax.default_backend()
+    devices = jax.devices()
+    rng = np.random.default_rng(0)
+    n = 2048
+    a, b = (rng.standard_normal((n, n), dtype=np.float32) for _ in range(2))
+    exact = a.astype(np.float64) @ b.astype(np.float64)
+    errors = {}
+    for name, prec in (("default", None), ("highest", jax.lax.Precision.HIGHEST)):
+        product = np.asarray(jnp.matmul(jnp.asarray(a), jnp.asarray(b), precision=prec), dtype=np.float64)
+        errors[name] = float(np.linalg.norm(product - exact) / np.linalg.norm(exact))
+    return {"jax": jax.__version__, "backend": backend, "devices": [str(d) for d in devices],
+            "device_kind": devices[0].device_kind, "n_devices": len(devices),
+            "matmul_float32_relative_error": errors, "n": n,
+            "default_is_true_float32": errors["default"] < 1e-5,
+            "jax_default_matmul_precision": str(getattr(jax.config, "jax_default_matmul_precision", None))}
+
+
+def child_rank() -> dict:
+    import datetime
+
+    import torch
+    import torch.distributed as dist
+
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    cuda = torch.cuda.is_available()
+    backend = "cpu:gloo,cuda:nccl" if cuda else "gloo"
+    if cuda:
+        torch.cuda.set_device(rank % torch.cuda.device_count())
+    dist.init_process_group(backend, rank=rank, world_size=world, timeout=datetime.timedelta(seconds=60))
+    checks = {}
+    for device in ["cpu"] + (["cuda"] if cuda else []):
+        t = torch.full((4,), float(rank + 1), device=device)
+        dist.broadcast(t, src=0)                    # every rank now holds rank 0's ones
+        broadcast_ok = bool((t == 1).all())
+        dist.all_reduce(t)                          # sum over the ranks: world
+        checks[device] = {"broadcast": broadcast_ok, "all_reduce": bool((t == world).all())}
+    if cuda:
+        torch.cuda.synchronize()
+    dist.destroy_process_group()
+    return {"rank": rank, "world_size": world, "backend": backend, "torch": torch.__version__,
+            "nccl": nccl_version(torch) if cuda else None, "checks": checks,
+            "ok": all(all(c.values()) for c in checks.values())}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    what = argv[0]
+    answer = {"torch": lambda: child_torch(argv[1] if len(argv) > 1 else "full"), "jax": child_jax,
+              "rank": child_rank}[what]()
+    print(json.dumps(answer, default=str), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
