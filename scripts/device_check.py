@@ -37,6 +37,7 @@ Into --out, rewritten after every step so that nothing done is lost: `device_che
 results/<machine>/ (records, logs, executed notebooks, runs/<run id>.json), so that `tar xzf records.tar.gz` at
 the repository's root drops them in place.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -59,7 +60,7 @@ from typing import TYPE_CHECKING
 # scripts.results are imported where they are used, after the carried wheels are on the path (support.records
 # needs jsonschema).
 from scripts import suite
-from scripts.device_probes import VERSIONS, install_wheels, versions
+from scripts.device_probes import VERSIONS, calibration_step, install_wheels, jax_step, process_group_step, versions
 from scripts.notebook_exec import STACKS_SIGNAL
 from support import env, files, hardware, params, tasks
 
@@ -67,21 +68,33 @@ if TYPE_CHECKING:
     from scripts import jobs, results
 
 ROOT = suite.ROOT
-DEVICE = ROOT / ".device"            # the carried wheels (.device/wheels) and where they are installed (.device/site)
-PROBES = [sys.executable, "-m", "scripts.device_probes"]    # a probe in a child process (torch, jax, rank)
+DEVICE = ROOT / ".device"  # the carried wheels (.device/wheels) and where they are installed (.device/site)
 NOTEBOOK = [sys.executable, "-m", "scripts.notebook_exec"]  # a notebook run without papermill
 
 # What each task's notebooks run with at the `full` profile here (support.params' DLROSETTA_PARAMS): one epoch
 # timed after the warm-up epoch, on the profile's whole synthetic dataset; DenseNet-121's loader mode on 512
 # synthetic images (the ram mode holds ram_n_train = 2048 as the profile says).
-DEFAULT_OVERRIDES = {"cnn_cifar10": "epochs=2", "gru_imdb": "epochs=2", "resnet50_features": "",
-                     "densenet_chestxray": "epochs=2,n_train=512,n_test=256"}
+DEFAULT_OVERRIDES = {
+    "cnn_cifar10": "epochs=2",
+    "gru_imdb": "epochs=2",
+    "resnet50_features": "",
+    "densenet_chestxray": "epochs=2,n_train=512,n_test=256",
+}
 
 # The runs, in priority order: (task, its variant parameters), then per task (framework, label, parameters).
-TASK_ORDER = (("cnn_cifar10", {}), ("gru_imdb", {}), ("resnet50_features", {}),
-              ("densenet_chestxray", {"mode": "ram"}), ("densenet_chestxray", {"mode": "loader"}))
-FRAMEWORK_ORDER = (("pytorch", "pytorch", {}), ("jax", "jax", {}), ("keras", "keras-torch", {"backend": "torch"}),
-                   ("keras", "keras-jax", {"backend": "jax"}))
+TASK_ORDER = (
+    ("cnn_cifar10", {}),
+    ("gru_imdb", {}),
+    ("resnet50_features", {}),
+    ("densenet_chestxray", {"mode": "ram"}),
+    ("densenet_chestxray", {"mode": "loader"}),
+)
+FRAMEWORK_ORDER = (
+    ("pytorch", "pytorch", {}),
+    ("jax", "jax", {}),
+    ("keras", "keras-torch", {"backend": "torch"}),
+    ("keras", "keras-jax", {"backend": "jax"}),
+)
 CHOICES = ("pytorch", "jax", "keras-torch", "keras-jax", "keras")
 SKIPPABLE = ("calibration", "jax", "process-group", "notebooks")
 
@@ -95,21 +108,23 @@ ESTIMATE_S = {
     "densenet_chestxray/ram": {"pytorch": 60, "jax": 120, "keras-torch": 90, "keras-jax": 140},
     "densenet_chestxray/loader": {"pytorch": 90, "jax": 150, "keras-torch": 120, "keras-jax": 170},
 }
-SMALL_ESTIMATE_S = 20          # the cpu and tiny profiles: each notebook's own limit is then what is left
-RESERVE_S = 15                 # kept back from the budget for the summary and the archive
-SCALE_BOUNDS = (0.4, 2.5)      # how far the runs so far may scale the next run's estimate (run_jobs)
-LOG_CAP = 200_000              # characters of one notebook's log copied into device_check.log (head and tail)
-GPU_FIELDS = ("name", "driver_version", "memory.total", "compute_cap")   # what nvidia-smi is asked of each GPU
+SMALL_ESTIMATE_S = 20  # the cpu and tiny profiles: each notebook's own limit is then what is left
+RESERVE_S = 15  # kept back from the budget for the summary and the archive
+SCALE_BOUNDS = (0.4, 2.5)  # how far the runs so far may scale the next run's estimate (run_jobs)
+LOG_CAP = 200_000  # characters of one notebook's log copied into device_check.log (head and tail)
+GPU_FIELDS = ("name", "driver_version", "memory.total", "compute_cap")  # what nvidia-smi is asked of each GPU
 
 
 # --- the parent: the plan's runs and the check's state -----------------------------------------------------------
 
+
 @dataclass
 class Planned:
     """One run of the plan: the runner's Job (scripts.jobs.Job) and what the budget schedules it by."""
+
     job: jobs.Job
-    label: str                  # pytorch, jax, keras-torch, keras-jax: --only's names
-    override: str = ""          # DLROSETTA_PARAMS for this run
+    label: str  # pytorch, jax, keras-torch, keras-jax: --only's names
+    override: str = ""  # DLROSETTA_PARAMS for this run
     estimate_s: float = SMALL_ESTIMATE_S
     limit_s: float | None = None  # its own time limit (None: what is left of the budget)
 
@@ -121,14 +136,15 @@ class Planned:
 @dataclass
 class Check:
     """The whole check's state: where it writes, what it has found, how much time is left."""
-    out: Path                   # --out: device_check.log, summary.json, records.tar.gz
-    results: Path               # <work>/results/<machine>: what records.tar.gz holds
+
+    out: Path  # --out: device_check.log, summary.json, records.tar.gz
+    results: Path  # <work>/results/<machine>: what records.tar.gz holds
     budget_s: float
     started: float = field(default_factory=time.monotonic)
     summary: dict = field(default_factory=dict)
     child_env: dict = field(default_factory=dict)
     run_id: str = field(default_factory=lambda: time.strftime("%Y%m%dT%H%M%S"))
-    hardware: str = field(default_factory=env.machine_name)      # the records' inputs.hardware, as the runner's
+    hardware: str = field(default_factory=env.machine_name)  # the records' inputs.hardware, as the runner's
     support: str = field(default_factory=lambda: suite.digest(*suite.support_files()))
     current: subprocess.Popen | None = None
 
@@ -136,6 +152,7 @@ class Check:
     def layout(self) -> results.Layout:
         """results/<machine>/ as the runner lays it out."""
         from scripts.results import Layout
+
         return Layout(self.results)
 
     def left(self) -> float:
@@ -157,6 +174,7 @@ class Check:
         """records.tar.gz: results/<machine>/ as it stands (no run in progress), the summary and log beside it in
         device_check/."""
         from scripts.results import STAGING
+
         try:
             extra = self.results / "device_check"
             extra.mkdir(parents=True, exist_ok=True)
@@ -164,13 +182,17 @@ class Check:
                 if (self.out / name).exists():
                     shutil.copyfile(self.out / name, extra / name)
             with files.replacing(self.out / "records.tar.gz") as tmp, tarfile.open(tmp, "w:gz") as tar:
-                tar.add(self.results, arcname=f"results/{self.results.name}",
-                        filter=lambda member: None if STAGING in Path(member.name).parts else member)
+                tar.add(
+                    self.results,
+                    arcname=f"results/{self.results.name}",
+                    filter=lambda member: None if STAGING in Path(member.name).parts else member,
+                )
         except OSError as err:
             self.say(f"records.tar.gz not written: {err}")
 
 
 # --- the parent: one run --------------------------------------------------------------------------------------
+
 
 def dump_stacks(proc: subprocess.Popen, wait_s: float = 2.0) -> None:
     """Before a run past its limit is killed: every process of its group (the notebook's child, and DataLoader
@@ -183,24 +205,35 @@ def dump_stacks(proc: subprocess.Popen, wait_s: float = 2.0) -> None:
     time.sleep(wait_s)
 
 
-def execute(check: Check, notebook: Path, executed: Path, log: Path, parameters: dict, env: dict,
-            timeout: float) -> tuple[str, str | None]:
+def execute(
+    check: Check, notebook: Path, executed: Path, log: Path, parameters: dict, env: dict, timeout: float
+) -> tuple[str, str | None]:
     """The notebook in a child process of its own, killed with every process under it after `timeout` seconds:
     (status, error)."""
     from scripts.jobs import kill_tree
+
     command = [*NOTEBOOK, str(notebook), str(executed), json.dumps(parameters)]
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "w", encoding="utf-8") as handle:
-        proc = subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT, env=env, cwd=notebook.parent,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
+        proc = subprocess.Popen(
+            command,
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=notebook.parent,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         check.current = proc
         try:
             code = proc.wait(timeout=max(1.0, timeout))
         except subprocess.TimeoutExpired:
             dump_stacks(proc)
             kill_tree(proc.pid)
-            return "timeout", (f"no result after {timeout:.0f} s (the device check's limit for this run); killed "
-                               "(its threads' stacks, and its workers', are at the end of its log)")
+            return "timeout", (
+                f"no result after {timeout:.0f} s (the device check's limit for this run); killed "
+                "(its threads' stacks, and its workers', are at the end of its log)"
+            )
         finally:
             check.current = None
     if code == 0:
@@ -226,6 +259,7 @@ def run_job(check: Check, planned: Planned, timeout: float) -> dict:
     """One notebook the runner's way (scripts/run_all.py's run_job): executed into the staging folder, its record
     stored by results.finalize; returns its summary entry. Interrupted, it leaves the previous record as it was."""
     from scripts import jobs, results
+
     job, layout = planned.job, check.layout
     run = job.identity
     staging, staged = layout.staging(job.profile, run), layout.staged(job.profile, run)
@@ -235,27 +269,47 @@ def run_job(check: Check, planned: Planned, timeout: float) -> dict:
     child_env = {k: v for k, v in check.child_env.items() if k != params.OVERRIDE_VARIABLE}
     child_env.update({params.OVERRIDE_VARIABLE: planned.override} if planned.override else {})
     if job.framework == "keras" and "backend" in job.parameters:
-        child_env["KERAS_BACKEND"] = job.parameters["backend"]     # the notebook sets it too, before its first import
+        child_env["KERAS_BACKEND"] = job.parameters["backend"]  # the notebook sets it too, before its first import
     start = time.monotonic()
     try:
         error = jobs.missing_parameters(job, parameters)
-        status, error = ("failed", error) if error else execute(
-            check, job.notebook, staged["executed"], staged["log"], parameters, child_env, timeout)
+        status, error = (
+            ("failed", error)
+            if error
+            else execute(check, job.notebook, staged["executed"], staged["log"], parameters, child_env, timeout)
+        )
         seconds = round(time.monotonic() - start, 1)
         record = results.finalize(
-            layout, jobs.outcome(job, status, error, staged["record"], layout.machine), run, job.profile,
-            staged=staged, run=check.run_id, wall_s=seconds, timed=True,
-            inputs=jobs.inputs(job, parameters, support=check.support, hardware_name=check.hardware, timed=True,
-                               pins=False),
-            device_check={"params_override": planned.override or None,
-                          "packages": "the machine's own (no lock set): see device_check/summary.json"})
+            layout,
+            jobs.outcome(job, status, error, staged["record"], layout.machine),
+            run,
+            job.profile,
+            staged=staged,
+            run=check.run_id,
+            wall_s=seconds,
+            timed=True,
+            inputs=jobs.inputs(
+                job, parameters, support=check.support, hardware_name=check.hardware, timed=True, pins=False
+            ),
+            device_check={
+                "params_override": planned.override or None,
+                "packages": "the machine's own (no lock set): see device_check/summary.json",
+            },
+        )
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    return {"key": job.key, "task": job.task, "framework": planned.label, "status": record["status"],
-            "seconds": seconds, "estimate_s": planned.estimate_s, "override": planned.override or None,
-            "headline": headline(record) if record["status"] == "ok" else {},
-            "error": record.get("error") if record["status"] != "ok" else None,
-            "record": f"results/{layout.machine}/{layout.relative(layout.record(job.profile, run))}"}
+    return {
+        "key": job.key,
+        "task": job.task,
+        "framework": planned.label,
+        "status": record["status"],
+        "seconds": seconds,
+        "estimate_s": planned.estimate_s,
+        "override": planned.override or None,
+        "headline": headline(record) if record["status"] == "ok" else {},
+        "error": record.get("error") if record["status"] != "ok" else None,
+        "record": f"results/{layout.machine}/{layout.relative(layout.record(job.profile, run))}",
+    }
 
 
 def copy_log(check: Check, planned: Planned) -> None:
@@ -265,7 +319,11 @@ def copy_log(check: Check, planned: Planned) -> None:
     except OSError:
         return
     if len(text) > LOG_CAP:
-        text = text[:LOG_CAP // 4] + f"\n[... {len(text) - LOG_CAP} characters left out ...]\n" + text[-3 * LOG_CAP // 4:]
+        text = (
+            text[: LOG_CAP // 4]
+            + f"\n[... {len(text) - LOG_CAP} characters left out ...]\n"
+            + text[-3 * LOG_CAP // 4 :]
+        )
     check.append_log(f"----- {job.key}: its log -----\n{text}\n----- end of {job.key} -----")
 
 
@@ -281,8 +339,11 @@ def run_jobs(check: Check, plan: list[Planned]) -> list[dict]:
     for planned in plan:
         job = planned.job
         left = check.left() - RESERVE_S
-        ratios = sorted(e["seconds"] / e["estimate_s"] for e in entries
-                        if e.get("seconds") and e.get("estimate_s") and e["status"] == "ok")
+        ratios = sorted(
+            e["seconds"] / e["estimate_s"]
+            for e in entries
+            if e.get("seconds") and e.get("estimate_s") and e["status"] == "ok"
+        )
         scale = min(max(ratios[len(ratios) // 2], SCALE_BOUNDS[0]), SCALE_BOUNDS[1]) if ratios else 1.0
         expected = planned.estimate_s * scale
         if left < expected:
@@ -292,17 +353,28 @@ def run_jobs(check: Check, plan: list[Planned]) -> list[dict]:
             check.save()
             continue
         timeout = min(left, planned.limit_s or left)
-        check.say(f"running {job.key} ({suite.shown(job.notebook)}"
-                  f"{', DLROSETTA_PARAMS=' + planned.override if planned.override else ''}; limit {timeout:.0f} s)")
+        check.say(
+            f"running {job.key} ({suite.shown(job.notebook)}"
+            f"{', DLROSETTA_PARAMS=' + planned.override if planned.override else ''}; limit {timeout:.0f} s)"
+        )
         try:
             entry = run_job(check, planned, timeout)
-        except Exception as err:      # noqa: BLE001  one run's trouble never loses the others
-            entry = {"key": job.key, "task": job.task, "framework": planned.label, "status": "failed",
-                     "seconds": None, "error": f"device_check: {type(err).__name__}: {err}"}
+        except Exception as err:  # noqa: BLE001  one run's trouble never loses the others
+            entry = {
+                "key": job.key,
+                "task": job.task,
+                "framework": planned.label,
+                "status": "failed",
+                "seconds": None,
+                "error": f"device_check: {type(err).__name__}: {err}",
+            }
         entries.append(entry)
         copy_log(check, planned)
-        what = ", ".join(f"{k} {v:.4g}" for k, v in entry.get("headline", {}).items()) \
-            if entry["status"] == "ok" else entry.get("error")
+        what = (
+            ", ".join(f"{k} {v:.4g}" for k, v in entry.get("headline", {}).items())
+            if entry["status"] == "ok"
+            else entry.get("error")
+        )
         check.say(f"  {entry['status'].upper()} in {entry['seconds']} s: {what}")
         check.save()
         check.pack()
@@ -311,25 +383,34 @@ def run_jobs(check: Check, plan: list[Planned]) -> list[dict]:
 
 # --- the parent: the plan ------------------------------------------------------------------------------------
 
+
 def parse_overrides(values: list[str]) -> dict:
     """--params TASK:NAME=VALUE,...: replaces DEFAULT_OVERRIDES for that task ('TASK:' for none)."""
     chosen = {}
     for value in values:
         task, sep, spec = value.partition(":")
         if not sep or task not in tasks.TASKS:
-            raise SystemExit(f"device_check: --params {value!r}: give TASK:NAME=VALUE,... with TASK one of "
-                             f"{', '.join(tasks.TASKS)}")
+            raise SystemExit(
+                f"device_check: --params {value!r}: give TASK:NAME=VALUE,... with TASK one of {', '.join(tasks.TASKS)}"
+            )
         chosen[task] = spec
     return chosen
 
 
-def plan(profile: str, only: list[str], task_names: list[str], overrides: dict,
-         notebooks: Path = suite.NOTEBOOKS, order: str = "task") -> list[Planned]:
+def plan(
+    profile: str,
+    only: list[str],
+    task_names: list[str],
+    overrides: dict,
+    notebooks: Path = suite.NOTEBOOKS,
+    order: str = "task",
+) -> list[Planned]:
     """The runs in priority order whose notebook exists, filtered by --only (pytorch, jax, keras-torch,
     keras-jax, keras) and --tasks; each the runner's Job, so the keys are scripts/run_all.py's. Order `task`:
     every framework of the first task, then of the next (TASK_ORDER x FRAMEWORK_ORDER); `framework`: every task
     of PyTorch first, then of JAX, and so on (wider, where the budget runs out before the last task)."""
     from scripts.jobs import Job
+
     planned = []
     pairs = [(t, f) for t in TASK_ORDER for f in FRAMEWORK_ORDER]
     if order == "framework":
@@ -356,81 +437,47 @@ def plan(profile: str, only: list[str], task_names: list[str], overrides: dict,
     return planned
 
 
-# --- the parent: the carried wheels, the versions, the calibration, the process group ---------------------------
-
-def child(check: Check, what: str, timeout: float, extra: list[str] | None = None) -> dict:
-    """`python -m scripts.device_check --child WHAT` in a process of its own: the JSON on its last stdout line, its
-    output kept in device_check.log; {"error": ...} where it fails."""
-    try:
-        done = subprocess.run([*PROBES, what, *(extra or [])], capture_output=True, text=True,
-                              timeout=max(1.0, timeout), env=check.child_env, cwd=ROOT, stdin=subprocess.DEVNULL,
-                              check=False)
-    except subprocess.TimeoutExpired as err:
-        out = err.stdout.decode(errors="replace") if isinstance(err.stdout, bytes) else (err.stdout or "")
-        check.append_log(f"----- {what} (timed out after {timeout:.0f} s) -----\n{out}")
-        return {"error": f"no answer after {timeout:.0f} s"}
-    check.append_log(f"----- {what} -----\n{done.stdout}{done.stderr}")
-    lines = done.stdout.strip().splitlines()
-    try:
-        answer = json.loads(lines[-1])
-    except (IndexError, ValueError):
-        answer = {}
-    if done.returncode != 0 or not isinstance(answer, dict):
-        last = (done.stderr.strip().splitlines() or done.stdout.strip().splitlines() or ["no output"])[-1]
-        return {**(answer if isinstance(answer, dict) else {}), "error": last[:500]}
-    return answer
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def process_group_check(check: Check, gpus: int, timeout: float = 120) -> dict:
-    """torch.distributed with "cpu:gloo,cuda:nccl" (gloo alone without CUDA): two ranks where there are two
-    GPUs, else one, each a process of its own, as torchrun starts them."""
-    from scripts.jobs import kill_tree
-    world = 2 if gpus >= 2 else 1
-    env = {**check.child_env, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "WORLD_SIZE": str(world)}
-    procs = [subprocess.Popen([*PROBES, "rank"], env={**env, "RANK": str(r), "LOCAL_RANK": str(r)},
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
-                              stdin=subprocess.DEVNULL, start_new_session=True) for r in range(world)]
-    ranks = []
-    deadline = time.monotonic() + timeout
-    for rank, proc in enumerate(procs):
-        try:
-            out, _ = proc.communicate(timeout=max(1.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            kill_tree(proc.pid)
-            out = f"rank {rank}: no answer after {timeout:.0f} s"
-        check.append_log(f"----- process group, rank {rank} -----\n{out}")
-        try:
-            ranks.append(json.loads(out.strip().splitlines()[-1]))
-        except (IndexError, ValueError):
-            ranks.append({"rank": rank, "ok": False, "error": (out.strip().splitlines() or ["no output"])[-1][:300]})
-    return {"world_size": world, "ok": all(r.get("ok") for r in ranks), "ranks": ranks}
-
-
 # --- main ----------------------------------------------------------------------------------------------------
 
+
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(prog="python3 -m scripts.device_check", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter,
-                                epilog=__doc__.split("\n\n", 1)[1])
+    p = argparse.ArgumentParser(
+        prog="python3 -m scripts.device_check",
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=__doc__.split("\n\n", 1)[1],
+    )
     names = {"type": suite.comma_list, "action": "extend", "default": [], "metavar": "NAMES"}
     p.add_argument("--out", type=Path, required=True, help="folder for device_check.log, summary.json, records.tar.gz")
-    p.add_argument("--budget-s", type=float, default=540,
-                   help="seconds for the whole check (default 540: a 600 s device call, with room to pack)")
-    p.add_argument("--profile", default="full", choices=("full", "cpu", "tiny"), help="the notebooks' profile (default full)")
-    p.add_argument("--only", **names,
-                   help=f"frameworks to run, comma-separated: {', '.join(CHOICES)} (keras: both backends); default all")
+    p.add_argument(
+        "--budget-s",
+        type=float,
+        default=540,
+        help="seconds for the whole check (default 540: a 600 s device call, with room to pack)",
+    )
+    p.add_argument(
+        "--profile", default="full", choices=("full", "cpu", "tiny"), help="the notebooks' profile (default full)"
+    )
+    p.add_argument(
+        "--only",
+        **names,
+        help=f"frameworks to run, comma-separated: {', '.join(CHOICES)} (keras: both backends); default all",
+    )
     p.add_argument("--tasks", **names, help="tasks to run, comma-separated (default all)")
-    p.add_argument("--order", choices=("task", "framework"), default="task",
-                   help="task (default): each task's four frameworks, task after task; framework: PyTorch on every "
-                        "task first, then JAX, Keras on torch, Keras on JAX")
-    p.add_argument("--params", action="append", default=[], metavar="TASK:NAME=VALUE,...",
-                   help="DLROSETTA_PARAMS for one task's runs, replacing DEFAULT_OVERRIDES ('TASK:' for none)")
+    p.add_argument(
+        "--order",
+        choices=("task", "framework"),
+        default="task",
+        help="task (default): each task's four frameworks, task after task; framework: PyTorch on every "
+        "task first, then JAX, Keras on torch, Keras on JAX",
+    )
+    p.add_argument(
+        "--params",
+        action="append",
+        default=[],
+        metavar="TASK:NAME=VALUE,...",
+        help="DLROSETTA_PARAMS for one task's runs, replacing DEFAULT_OVERRIDES ('TASK:' for none)",
+    )
     p.add_argument("--work", type=Path, help="where results/<machine>/ is built (default: a new temporary folder)")
     p.add_argument("--wheels", type=Path, default=DEVICE / "wheels", help="carried wheels (default .device/wheels)")
     p.add_argument("--site", type=Path, default=DEVICE / "site", help="where they are installed (default .device/site)")
@@ -438,8 +485,11 @@ def parse_args(argv=None):
     p.add_argument("--machine", help="the results folder's name (default support.env.machine_name())")
     p.add_argument("--list", action="store_true", help="print the planned runs and stop")
     args = p.parse_args(argv)
-    for option, given, allowed in (("--only", args.only, CHOICES), ("--tasks", args.tasks, tuple(tasks.TASKS)),
-                                   ("--skip", args.skip, SKIPPABLE)):
+    for option, given, allowed in (
+        ("--only", args.only, CHOICES),
+        ("--tasks", args.tasks, tuple(tasks.TASKS)),
+        ("--skip", args.skip, SKIPPABLE),
+    ):
         for name in given:
             if name not in allowed:
                 p.error(f"{option} {name!r}: choose from {', '.join(allowed)}")
@@ -447,66 +497,15 @@ def parse_args(argv=None):
     return args
 
 
-def calibration_step(check: Check, args, argv: list[str], gpus: list[dict]) -> None:
-    """The torch child (versions, peaks, true float32); its peaks go to runs/<run id>.json as the runner's do."""
-    from scripts import results
-    answer = child(check, "torch", min(300, max(check.left(), 1)), extra=[args.profile])
-    check.summary["versions"]["torch_runtime"] = answer.get("torch")
-    check.summary["calibration"] = cal = answer.get("calibration") or {"error": answer.get("error")}
-    check.summary["true_float32"] = t32 = answer.get("true_float32")
-    tr = answer.get("torch") or {}
-    if tr:
-        check.say(f"torch {tr.get('torch')}: " + (
-            f"CUDA {tr.get('cuda')}, cuDNN {tr.get('cudnn')}, NCCL {tr.get('nccl')}, devices {tr.get('devices')} "
-            f"(compute capability {tr.get('capability')})" if tr.get("cuda_available") else
-            f"no CUDA device (a build for CUDA {tr.get('cuda')})"))
-    peaks = cal.get("peaks") or {}
-    for key, peak in peaks.items():
-        check.say(f"peak {key}: {peak['gflops'] / 1000:.2f} TFLOP/s (median of {peak['repeats']}, {peak['library']})")
-    if "cuda/float32" not in peaks:
-        check.say("no CUDA peak: " + ("torch sees no CUDA device" if tr and not tr.get("cuda_available")
-                                     else answer.get("error", "the calibration failed")))
-    if t32:
-        check.say(f"true float32 ({t32['device']}, n {t32['n']}): relative error "
-                  + ", ".join(f"{k} {e:.2e}" for k, e in t32["relative_error"].items()))
-    if answer.get("error"):
-        check.say(f"calibration ERROR: {answer['error']}")
-    for key, error in (cal.get("errors") or {}).items():
-        check.say(f"calibration ERROR in {key}: {error}")
-    if peaks:
-        results.write_run(check.layout, {
-            "run": check.run_id, "profiles": [args.profile], "argv": ["-m", "scripts.device_check", *argv],
-            "timed": True, "started": check.summary["started"], "calibration": {"before": peaks},
-            "load_before": cal.get("load"), "harness_overhead_s": cal.get("harness_overhead_s"),
-            "gpu": bool(gpus), "device_check": True})
-
-
-def jax_step(check: Check) -> None:
-    answer = check.summary["jax"] = child(check, "jax", min(120, max(check.left(), 1)))
-    if "error" in answer and "backend" not in answer:
-        check.say(f"JAX: ERROR {answer['error']}")
-    else:
-        check.say(f"JAX {answer.get('jax')}: backend {answer.get('backend')}, {answer.get('device_kind')} "
-                  f"x{answer.get('n_devices')}; float32 matmul relative error "
-                  + ", ".join(f"{k} {e:.2e}" for k, e in (answer.get("matmul_float32_relative_error") or {}).items()))
-
-
-def process_group_step(check: Check, gpus: list[dict]) -> None:
-    answer = check.summary["process_group"] = process_group_check(check, len(gpus), min(120, max(check.left(), 1)))
-    backend = next((r.get("backend") for r in answer["ranks"] if r.get("backend")), "?")
-    check.say(f"process group ({backend}, {answer['world_size']} rank{'s' if answer['world_size'] > 1 else ''}): "
-              + ("ok: broadcast and all_reduce of a CPU" + (" and a CUDA" if "nccl" in backend else "")
-                 + " tensor" if answer["ok"] else "FAILED: " + "; ".join(
-                     str(r.get("error") or r.get("checks")) for r in answer["ranks"])))
-
-
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
     if args.list:
         for planned in plan(args.profile, args.only, args.tasks, args.overrides, order=args.order):
-            print(f"{planned.key}: {suite.shown(planned.job.notebook)}, about {planned.estimate_s} s"
-                  f"{', DLROSETTA_PARAMS=' + planned.override if planned.override else ''}")
+            print(
+                f"{planned.key}: {suite.shown(planned.job.notebook)}, about {planned.estimate_s} s"
+                f"{', DLROSETTA_PARAMS=' + planned.override if planned.override else ''}"
+            )
         return 0
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "device_check.log").write_text("")
@@ -515,39 +514,62 @@ def main(argv=None) -> int:
     work = args.work or Path(tempfile.mkdtemp(prefix="dlr-device-check-"))
     check = Check(out=args.out, results=work / "results" / machine, budget_s=args.budget_s, hardware=hardware_name)
     check.results.mkdir(parents=True, exist_ok=True)
-    check.summary = {"script": "python3 -m scripts.device_check", "argv": argv, "run": check.run_id,
-                     "machine": machine, "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "budget_s": args.budget_s,
-                     "profile": args.profile, "host": socket.gethostname(), "git_commit": env.git_commit()}
-    check.say(f"DL Rosetta device check {check.run_id}: {machine}, budget {args.budget_s:.0f} s, profile "
-              f"{args.profile}; results in {check.results}")
+    check.summary = {
+        "script": "python3 -m scripts.device_check",
+        "argv": argv,
+        "run": check.run_id,
+        "machine": machine,
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "budget_s": args.budget_s,
+        "profile": args.profile,
+        "host": socket.gethostname(),
+        "git_commit": env.git_commit(),
+    }
+    check.say(
+        f"DL Rosetta device check {check.run_id}: {machine}, budget {args.budget_s:.0f} s, profile "
+        f"{args.profile}; results in {check.results}"
+    )
 
     def interrupted(signum, frame):
         if check.current is not None:
             from scripts.jobs import kill_tree
+
             kill_tree(check.current.pid)
         raise KeyboardInterrupt
+
     signal.signal(signal.SIGTERM, interrupted)
 
     try:
         check.summary["wheels"] = install_wheels(args.wheels, args.site, say=check.say)
-    except Exception as err:      # noqa: BLE001
+    except Exception as err:  # noqa: BLE001
         check.summary["wheels"] = {"error": f"{type(err).__name__}: {err}"}
         check.say(f"carried wheels: ERROR {err}")
     try:
         from scripts import jobs
+
         runs = plan(args.profile, args.only, args.tasks, args.overrides, order=args.order)
-    except Exception as err:      # noqa: BLE001  e.g. support.records' jsonschema, which the carried wheels bring
-        check.summary["error"] = (f"device_check: the runner's modules do not import here ({type(err).__name__}: "
-                                  f"{err})" + (": run scripts/device_wheels.sh beforehand and carry .device along"
-                                               if isinstance(err, ImportError) else ""))
+    except Exception as err:  # noqa: BLE001  e.g. support.records' jsonschema, which the carried wheels bring
+        check.summary["error"] = (
+            f"device_check: the runner's modules do not import here ({type(err).__name__}: "
+            f"{err})"
+            + (
+                ": run scripts/device_wheels.sh beforehand and carry .device along"
+                if isinstance(err, ImportError)
+                else ""
+            )
+        )
         check.say(check.summary["error"])
         check.save()
         return 2
 
     pythonpath = [str(ROOT)] + ([str(args.site)] if args.site.is_dir() else [])
-    check.child_env = {**jobs.kernel_environment(), "MPLBACKEND": os.environ.get("MPLBACKEND", "Agg"),
-                       "PYTHONPATH": os.pathsep.join(pythonpath + [p for p in os.environ.get("PYTHONPATH", "")
-                                                                   .split(os.pathsep) if p])}
+    check.child_env = {
+        **jobs.kernel_environment(),
+        "MPLBACKEND": os.environ.get("MPLBACKEND", "Agg"),
+        "PYTHONPATH": os.pathsep.join(
+            pythonpath + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+        ),
+    }
     check.summary["planned"] = [planned.key for planned in runs]
     try:
         gpus = hardware.nvidia_smi(*GPU_FIELDS)
@@ -555,12 +577,17 @@ def main(argv=None) -> int:
         v = check.summary["versions"]
         check.say("versions: " + ", ".join(f"{k} {v[k]}" for k in ("python", *VERSIONS) if v.get(k)))
         for gpu in gpus:
-            check.say(f"GPU: {gpu['name']}, driver {gpu['driver_version']}, {gpu['memory.total']} MiB, "
-                      f"compute capability {gpu['compute_cap']}")
+            check.say(
+                f"GPU: {gpu['name']}, driver {gpu['driver_version']}, {gpu['memory.total']} MiB, "
+                f"compute capability {gpu['compute_cap']}"
+            )
         check.say(f"{len(runs)} notebook runs planned" + ("" if gpus else "; GPU: none seen by nvidia-smi"))
         check.save()
-        for step, do in (("calibration", lambda: calibration_step(check, args, argv, gpus)),
-                         ("jax", lambda: jax_step(check)), ("process-group", lambda: process_group_step(check, gpus))):
+        for step, do in (
+            ("calibration", lambda: calibration_step(check, args, argv, gpus)),
+            ("jax", lambda: jax_step(check)),
+            ("process-group", lambda: process_group_step(check, gpus)),
+        ):
             if step not in args.skip:
                 do()
                 check.save()
@@ -573,8 +600,10 @@ def main(argv=None) -> int:
     finally:
         counts = Counter(entry["status"] for entry in check.summary.get("runs", []))
         check.summary["counts"] = {**counts, "skipped": len(check.summary.get("skipped", []))}
-        check.say(f"done in {time.monotonic() - check.started:.0f} s: "
-                  + ", ".join(f"{n} {s}" for s, n in check.summary["counts"].items()))
+        check.say(
+            f"done in {time.monotonic() - check.started:.0f} s: "
+            + ", ".join(f"{n} {s}" for s, n in check.summary["counts"].items())
+        )
         check.save()
         check.pack()
     return 0 if not any(e["status"] in ("failed", "timeout") for e in check.summary.get("runs", [])) else 1

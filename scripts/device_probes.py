@@ -17,17 +17,54 @@ import platform
 import re
 import shutil
 import site
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-VERSIONS = ("torch", "torchvision", "triton", "jax", "jaxlib", "jax-cuda13-plugin", "jax-cuda12-plugin", "flax",
-            "optax", "orbax-checkpoint", "keras", "optree", "namex", "numpy", "ml-dtypes", "onnx", "onnxruntime",
-            "onnxscript", "onnx-ir", "jax2onnx", "scikit-learn", "psutil", "jsonschema", "filelock", "cupy-cuda13x",
-            "tensorflow", "papermill")
+from scripts import suite
+
+if TYPE_CHECKING:
+    from scripts.device_check import Check
+
+ROOT = suite.ROOT
+PROBES = [sys.executable, "-m", "scripts.device_probes"]  # a probe in a child process (torch, jax, rank)
+
+VERSIONS = (
+    "torch",
+    "torchvision",
+    "triton",
+    "jax",
+    "jaxlib",
+    "jax-cuda13-plugin",
+    "jax-cuda12-plugin",
+    "flax",
+    "optax",
+    "orbax-checkpoint",
+    "keras",
+    "optree",
+    "namex",
+    "numpy",
+    "ml-dtypes",
+    "onnx",
+    "onnxruntime",
+    "onnxscript",
+    "onnx-ir",
+    "jax2onnx",
+    "scikit-learn",
+    "psutil",
+    "jsonschema",
+    "filelock",
+    "cupy-cuda13x",
+    "tensorflow",
+    "papermill",
+)
 
 
 # --- the carried wheels and the versions ------------------------------------------------------------------------
+
 
 def distribution_name(wheel: Path) -> str:
     return re.sub(r"[-_.]+", "-", wheel.name.split("-")[0]).lower()
@@ -35,6 +72,7 @@ def distribution_name(wheel: Path) -> str:
 
 def installed_version(name: str, paths: list[str] | None = None) -> str | None:
     from importlib import metadata
+
     try:
         if paths is None:
             return metadata.version(name)
@@ -52,25 +90,45 @@ def install_wheels(wheels: Path, target: Path, python: str = sys.executable, say
     found = sorted(wheels.glob("*.whl")) if wheels.is_dir() else []
     if found:
         own = [p for p in sys.path if p not in os.environ.get("PYTHONPATH", "").split(os.pathsep) + [str(target)]]
-        present = {name: installed_version(name, own) for name in map(distribution_name, found)}   # this Python's
+        present = {name: installed_version(name, own) for name in map(distribution_name, found)}  # this Python's
         missing = [w for w in found if not present[distribution_name(w)]]
         report["present"] = [f"{n} {v}" for n, v in present.items() if v]
         shutil.rmtree(target, ignore_errors=True)
         if missing:
+
             def pip(wheels):
-                return subprocess.run([python, "-m", "pip", "install", "--quiet", "--no-index", "--no-deps",
-                                       "--no-compile", "--disable-pip-version-check", "--target", str(target),
-                                       "--upgrade", *map(str, wheels)], capture_output=True, text=True, check=False)
+                return subprocess.run(
+                    [
+                        python,
+                        "-m",
+                        "pip",
+                        "install",
+                        "--quiet",
+                        "--no-index",
+                        "--no-deps",
+                        "--no-compile",
+                        "--disable-pip-version-check",
+                        "--target",
+                        str(target),
+                        "--upgrade",
+                        *map(str, wheels),
+                    ],
+                    capture_output=True,
+                    text=True,
+                    check=False,
+                )
+
             done = pip(missing)
             if done.returncode == 0:
                 report["installed"] = [w.name for w in missing]
-            elif "No module named pip" in done.stderr:      # a wheel is a zip of what goes into site-packages
+            elif "No module named pip" in done.stderr:  # a wheel is a zip of what goes into site-packages
                 import zipfile
+
                 for wheel in missing:
                     with zipfile.ZipFile(wheel) as z:
                         z.extractall(target)
                 report.update(installed=[w.name for w in missing], unpacked_without_pip=True)
-            else:               # one at a time, so that one wheel this machine refuses keeps none of the others out
+            else:  # one at a time, so that one wheel this machine refuses keeps none of the others out
                 errors = []
                 for wheel in missing:
                     one = pip([wheel])
@@ -79,15 +137,17 @@ def install_wheels(wheels: Path, target: Path, python: str = sys.executable, say
                     else:
                         errors.append(f"{wheel.name}: {(one.stderr.strip().splitlines() or ['pip failed'])[-1]}")
                 report["error"] = "; ".join(errors) or None
-        say(f"carried wheels: installed {', '.join(report['installed']) or 'none'}"
+        say(
+            f"carried wheels: installed {', '.join(report['installed']) or 'none'}"
             f"{'; already here: ' + ', '.join(report['present']) if report['present'] else ''}"
-            f"{'; ERROR ' + report['error'] if report['error'] else ''}")
+            f"{'; ERROR ' + report['error'] if report['error'] else ''}"
+        )
     elif target.is_dir():
         say(f"carried wheels: none in {wheels}; using the prepared {target}")
     else:
         say(f"carried wheels: none ({wheels} is absent): Keras, jax2onnx and jsonschema only if this machine has them")
     if target.is_dir():
-        site.addsitedir(str(target))       # an install location (its .pth files too), not the project
+        site.addsitedir(str(target))  # an install location (its .pth files too), not the project
     return report
 
 
@@ -103,18 +163,181 @@ def shm_free() -> int | None:
 def versions(target: Path) -> dict:
     """Python, the OS and every package the notebooks use, read without importing them."""
     paths = [str(target)] + sys.path if target.is_dir() else None
-    return {"python": platform.python_version(), "executable": sys.executable,
-            "os": f"{platform.system()} {platform.release()}", "cpu_count": os.cpu_count(),
-            "shm_free_bytes": shm_free(),
-            **{name: installed_version(name, paths) for name in VERSIONS}}
+    return {
+        "python": platform.python_version(),
+        "executable": sys.executable,
+        "os": f"{platform.system()} {platform.release()}",
+        "cpu_count": os.cpu_count(),
+        "shm_free_bytes": shm_free(),
+        **{name: installed_version(name, paths) for name in VERSIONS},
+    }
+
+
+# --- the parent side: each probe in its child process, its answer said and kept ---------------------------
+
+
+def child(check: Check, what: str, timeout: float, extra: list[str] | None = None) -> dict:
+    """`python -m scripts.device_check --child WHAT` in a process of its own: the JSON on its last stdout line, its
+    output kept in device_check.log; {"error": ...} where it fails."""
+    try:
+        done = subprocess.run(
+            [*PROBES, what, *(extra or [])],
+            capture_output=True,
+            text=True,
+            timeout=max(1.0, timeout),
+            env=check.child_env,
+            cwd=ROOT,
+            stdin=subprocess.DEVNULL,
+            check=False,
+        )
+    except subprocess.TimeoutExpired as err:
+        out = err.stdout.decode(errors="replace") if isinstance(err.stdout, bytes) else (err.stdout or "")
+        check.append_log(f"----- {what} (timed out after {timeout:.0f} s) -----\n{out}")
+        return {"error": f"no answer after {timeout:.0f} s"}
+    check.append_log(f"----- {what} -----\n{done.stdout}{done.stderr}")
+    lines = done.stdout.strip().splitlines()
+    try:
+        answer = json.loads(lines[-1])
+    except (IndexError, ValueError):
+        answer = {}
+    if done.returncode != 0 or not isinstance(answer, dict):
+        last = (done.stderr.strip().splitlines() or done.stdout.strip().splitlines() or ["no output"])[-1]
+        return {**(answer if isinstance(answer, dict) else {}), "error": last[:500]}
+    return answer
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def process_group_check(check: Check, gpus: int, timeout: float = 120) -> dict:
+    """torch.distributed with "cpu:gloo,cuda:nccl" (gloo alone without CUDA): two ranks where there are two
+    GPUs, else one, each a process of its own, as torchrun starts them."""
+    from scripts.jobs import kill_tree
+
+    world = 2 if gpus >= 2 else 1
+    env = {**check.child_env, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "WORLD_SIZE": str(world)}
+    procs = [
+        subprocess.Popen(
+            [*PROBES, "rank"],
+            env={**env, "RANK": str(r), "LOCAL_RANK": str(r)},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            cwd=ROOT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        for r in range(world)
+    ]
+    ranks = []
+    deadline = time.monotonic() + timeout
+    for rank, proc in enumerate(procs):
+        try:
+            out, _ = proc.communicate(timeout=max(1.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            kill_tree(proc.pid)
+            out = f"rank {rank}: no answer after {timeout:.0f} s"
+        check.append_log(f"----- process group, rank {rank} -----\n{out}")
+        try:
+            ranks.append(json.loads(out.strip().splitlines()[-1]))
+        except (IndexError, ValueError):
+            ranks.append({"rank": rank, "ok": False, "error": (out.strip().splitlines() or ["no output"])[-1][:300]})
+    return {"world_size": world, "ok": all(r.get("ok") for r in ranks), "ranks": ranks}
+
+
+def calibration_step(check: Check, args, argv: list[str], gpus: list[dict]) -> None:
+    """The torch child (versions, peaks, true float32); its peaks go to runs/<run id>.json as the runner's do."""
+    from scripts import results
+
+    answer = child(check, "torch", min(300, max(check.left(), 1)), extra=[args.profile])
+    check.summary["versions"]["torch_runtime"] = answer.get("torch")
+    check.summary["calibration"] = cal = answer.get("calibration") or {"error": answer.get("error")}
+    check.summary["true_float32"] = t32 = answer.get("true_float32")
+    tr = answer.get("torch") or {}
+    if tr:
+        check.say(
+            f"torch {tr.get('torch')}: "
+            + (
+                f"CUDA {tr.get('cuda')}, cuDNN {tr.get('cudnn')}, NCCL {tr.get('nccl')}, devices {tr.get('devices')} "
+                f"(compute capability {tr.get('capability')})"
+                if tr.get("cuda_available")
+                else f"no CUDA device (a build for CUDA {tr.get('cuda')})"
+            )
+        )
+    peaks = cal.get("peaks") or {}
+    for key, peak in peaks.items():
+        check.say(f"peak {key}: {peak['gflops'] / 1000:.2f} TFLOP/s (median of {peak['repeats']}, {peak['library']})")
+    if "cuda/float32" not in peaks:
+        check.say(
+            "no CUDA peak: "
+            + (
+                "torch sees no CUDA device"
+                if tr and not tr.get("cuda_available")
+                else answer.get("error", "the calibration failed")
+            )
+        )
+    if t32:
+        check.say(
+            f"true float32 ({t32['device']}, n {t32['n']}): relative error "
+            + ", ".join(f"{k} {e:.2e}" for k, e in t32["relative_error"].items())
+        )
+    if answer.get("error"):
+        check.say(f"calibration ERROR: {answer['error']}")
+    for key, error in (cal.get("errors") or {}).items():
+        check.say(f"calibration ERROR in {key}: {error}")
+    if peaks:
+        results.write_run(
+            check.layout,
+            {
+                "run": check.run_id,
+                "profiles": [args.profile],
+                "argv": ["-m", "scripts.device_check", *argv],
+                "timed": True,
+                "started": check.summary["started"],
+                "calibration": {"before": peaks},
+                "load_before": cal.get("load"),
+                "harness_overhead_s": cal.get("harness_overhead_s"),
+                "gpu": bool(gpus),
+                "device_check": True,
+            },
+        )
+
+
+def jax_step(check: Check) -> None:
+    answer = check.summary["jax"] = child(check, "jax", min(120, max(check.left(), 1)))
+    if "error" in answer and "backend" not in answer:
+        check.say(f"JAX: ERROR {answer['error']}")
+    else:
+        check.say(
+            f"JAX {answer.get('jax')}: backend {answer.get('backend')}, {answer.get('device_kind')} "
+            f"x{answer.get('n_devices')}; float32 matmul relative error "
+            + ", ".join(f"{k} {e:.2e}" for k, e in (answer.get("matmul_float32_relative_error") or {}).items())
+        )
+
+
+def process_group_step(check: Check, gpus: list[dict]) -> None:
+    answer = check.summary["process_group"] = process_group_check(check, len(gpus), min(120, max(check.left(), 1)))
+    backend = next((r.get("backend") for r in answer["ranks"] if r.get("backend")), "?")
+    check.say(
+        f"process group ({backend}, {answer['world_size']} rank{'s' if answer['world_size'] > 1 else ''}): "
+        + (
+            "ok: broadcast and all_reduce of a CPU" + (" and a CUDA" if "nccl" in backend else "") + " tensor"
+            if answer["ok"]
+            else "FAILED: " + "; ".join(str(r.get("error") or r.get("checks")) for r in answer["ranks"])
+        )
+    )
 
 
 # --- the probes, each in a child process ---------------------------------------------------------------------------
 
+
 def nccl_version(torch) -> str | None:
     try:
         version = torch.cuda.nccl.version()
-    except Exception:        # noqa: BLE001  a build without NCCL
+    except Exception:  # noqa: BLE001  a build without NCCL
         return None
     return ".".join(map(str, version)) if isinstance(version, tuple) else str(version)
 
@@ -125,16 +348,22 @@ def child_torch(profile: str) -> dict:
     from scripts import calibrate
     from support import precision
 
-    small = profile != "full"           # the tiny and cpu profiles check the code path, not the peak
+    small = profile != "full"  # the tiny and cpu profiles check the code path, not the peak
     cuda = torch.cuda.is_available()
-    info = {"torch": torch.__version__, "cuda_available": cuda, "cuda": torch.version.cuda,
-            "cudnn": torch.backends.cudnn.version() if cuda else None,
-            "nccl": nccl_version(torch) if cuda else None,
-            "devices": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if cuda else [],
-            "capability": ".".join(map(str, torch.cuda.get_device_capability())) if cuda else None}
+    info = {
+        "torch": torch.__version__,
+        "cuda_available": cuda,
+        "cuda": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version() if cuda else None,
+        "nccl": nccl_version(torch) if cuda else None,
+        "devices": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if cuda else [],
+        "capability": ".".join(map(str, torch.cuda.get_device_capability())) if cuda else None,
+    }
     measured = calibrate.measure(devices={"cpu": calibrate.KINDS["cpu"]}, **({"n": 1024} if small else {}))
     if cuda:
-        gpu = calibrate.measure(devices={"cuda": calibrate.KINDS["cuda"]}, **({"n": 2048, "budget_s": 0.3} if small else {}))
+        gpu = calibrate.measure(
+            devices={"cuda": calibrate.KINDS["cuda"]}, **({"n": 2048, "budget_s": 0.3} if small else {})
+        )
         measured["peaks"].update(gpu["peaks"])
         measured.setdefault("errors", {}).update(gpu.get("errors", {}))
         torch.cuda.empty_cache()
@@ -156,14 +385,19 @@ def child_torch(profile: str) -> dict:
         if cuda:
             calibrate.set_tf32(torch, False)
         true32.update(device=device, n=n, relative_error=relative, true_float32=relative["tf32_off"] < 1e-5)
-    except Exception as err:      # noqa: BLE001
+    except Exception as err:  # noqa: BLE001
         errors["true_float32"] = f"{type(err).__name__}: {err}"
     precisions = {p: precision.peak_key("cuda", p) for p in precision.PEAK_KINDS}
-    return {"torch": info, "calibration": {**measured,      # the peaks, the harness overhead, the load, the date
-                                           "precisions": {k: v for k, v in precisions.items() if v in peaks},
-                                           **({"errors": errors} if errors else {}),
-                                           **({"note": "tiny or cpu profile: small matrices, not a peak"} if small else {})},
-            "true_float32": true32 if "relative_error" in true32 else None}
+    return {
+        "torch": info,
+        "calibration": {
+            **measured,  # the peaks, the harness overhead, the load, the date
+            "precisions": {k: v for k, v in precisions.items() if v in peaks},
+            **({"errors": errors} if errors else {}),
+            **({"note": "tiny or cpu profile: small matrices, not a peak"} if small else {}),
+        },
+        "true_float32": true32 if "relative_error" in true32 else None,
+    }
 
 
 def child_jax() -> dict:
@@ -181,11 +415,17 @@ def child_jax() -> dict:
     for name, prec in (("default", None), ("highest", jax.lax.Precision.HIGHEST)):
         product = np.asarray(jnp.matmul(jnp.asarray(a), jnp.asarray(b), precision=prec), dtype=np.float64)
         errors[name] = float(np.linalg.norm(product - exact) / np.linalg.norm(exact))
-    return {"jax": jax.__version__, "backend": backend, "devices": [str(d) for d in devices],
-            "device_kind": devices[0].device_kind, "n_devices": len(devices),
-            "matmul_float32_relative_error": errors, "n": n,
-            "default_is_true_float32": errors["default"] < 1e-5,
-            "jax_default_matmul_precision": str(getattr(jax.config, "jax_default_matmul_precision", None))}
+    return {
+        "jax": jax.__version__,
+        "backend": backend,
+        "devices": [str(d) for d in devices],
+        "device_kind": devices[0].device_kind,
+        "n_devices": len(devices),
+        "matmul_float32_relative_error": errors,
+        "n": n,
+        "default_is_true_float32": errors["default"] < 1e-5,
+        "jax_default_matmul_precision": str(getattr(jax.config, "jax_default_matmul_precision", None)),
+    }
 
 
 def child_rank() -> dict:
@@ -203,23 +443,30 @@ def child_rank() -> dict:
     checks = {}
     for device in ["cpu"] + (["cuda"] if cuda else []):
         t = torch.full((4,), float(rank + 1), device=device)
-        dist.broadcast(t, src=0)                    # every rank now holds rank 0's ones
+        dist.broadcast(t, src=0)  # every rank now holds rank 0's ones
         broadcast_ok = bool((t == 1).all())
-        dist.all_reduce(t)                          # sum over the ranks: world
+        dist.all_reduce(t)  # sum over the ranks: world
         checks[device] = {"broadcast": broadcast_ok, "all_reduce": bool((t == world).all())}
     if cuda:
         torch.cuda.synchronize()
     dist.destroy_process_group()
-    return {"rank": rank, "world_size": world, "backend": backend, "torch": torch.__version__,
-            "nccl": nccl_version(torch) if cuda else None, "checks": checks,
-            "ok": all(all(c.values()) for c in checks.values())}
+    return {
+        "rank": rank,
+        "world_size": world,
+        "backend": backend,
+        "torch": torch.__version__,
+        "nccl": nccl_version(torch) if cuda else None,
+        "checks": checks,
+        "ok": all(all(c.values()) for c in checks.values()),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     what = argv[0]
-    answer = {"torch": lambda: child_torch(argv[1] if len(argv) > 1 else "full"), "jax": child_jax,
-              "rank": child_rank}[what]()
+    answer = {"torch": lambda: child_torch(argv[1] if len(argv) > 1 else "full"), "jax": child_jax, "rank": child_rank}[
+        what
+    ]()
     print(json.dumps(answer, default=str), flush=True)
     return 0
 

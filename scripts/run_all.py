@@ -22,14 +22,14 @@ Everything lands in results/<machine>/: records/<profile>/, executed/<profile>/ 
 with their outputs), logs/<profile>/, results.csv, results.md, plots/, site/. One runner at a
 time holds a results folder (a lock file, .runner.lock): a second one stops with an error.
 """
+
 from __future__ import annotations
 
-import argparse
 import fnmatch
 import json
 import os
-import signal
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -39,170 +39,28 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from scripts import build_site, papermill_rank, report, results, suite
-from scripts.jobs import (FINAL, Job, inputs, job_environment, kernel_environment, kill_tree, missing_parameters,
-                          notebook_parameters, outcome, why_rerun)
+from scripts import build_site, papermill_rank, report, results, runner_cli, suite
+from scripts.jobs import (
+    FINAL,
+    Job,
+    inputs,
+    job_environment,
+    kernel_environment,
+    kill_tree,
+    missing_parameters,
+    notebook_parameters,
+    outcome,
+    why_rerun,
+)
 from scripts.results import Layout, RecordError
-from scripts.suite import comma_list
 from support import env, hardware, params, precision, tasks
-from support.data import SOURCES as DATA_WORDS
-from support.timing import batch_sizes as timing_sizes
 
 DEFAULT_TIMEOUT = {"tiny": 600, "cpu": 1800, "full": 6 * 3600}
 
 
-def check_names(names: list[str] | None, valid, what: str, parser) -> list[str]:
-    """Names given (comma-separated or repeated: comma_list), checked against `valid` with a one-line error;
-    all of `valid` where none were given."""
-    for n in names or []:
-        if n not in valid:
-            parser.exit(2, f"run_all.py: unknown {what} {n!r}; choose from: {', '.join(valid)}\n")
-    return list(dict.fromkeys(names)) if names else list(valid)
-
-
-def parse_data(items: list[str] | None, parser) -> dict[str, str]:
-    """--data as {task: value} for every task whose notebooks take `data`: a word (auto, real,
-    synthetic), a path (the dataset's file, or a folder holding the datasets' files), or TASK=PATH."""
-    takes_data = [name for name, task in tasks.TASKS.items() if "data" in task.parameters]
-    how = (f"give {', '.join(DATA_WORDS)}, a folder holding the datasets (cifar-10-python.tar.gz, imdb.npz, "
-           f"chestxray14/), or TASK=PATH for one task ({', '.join(takes_data)})")
-    chosen = dict.fromkeys(takes_data, "auto")
-    for item in items or []:
-        name, _, value = item.partition("=") if item.split("=", 1)[0] in tasks.TASKS else ("", "", item)
-        if name and name not in takes_data:
-            parser.exit(2, f"run_all.py: --data {item}: the {name} notebooks read no dataset; {how}\n")
-        if value not in DATA_WORDS:
-            path = Path(value).expanduser()
-            if not path.exists():
-                parser.exit(2, f"run_all.py: --data {item}: {path} does not exist; {how}\n")
-            value = str(path.resolve())      # notebooks run in their own folder: pass absolute paths
-        chosen.update({name: value} if name else dict.fromkeys(takes_data, value))
-    return chosen
-
-
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 2)[2])
-    p.add_argument("--task", type=comma_list, action="extend", help=f"task(s) to run, comma-separated (default: all of {', '.join(suite.TASKS)})")
-    p.add_argument("--framework", type=comma_list, action="extend",
-                   help=f"framework(s) to run, comma-separated (default: all of {', '.join(suite.FRAMEWORKS)})")
-    p.add_argument("--profile", default="auto",
-                   help="full, cpu, tiny, or auto (default): full for each notebook whose framework sees a GPU, "
-                        "cpu for the others")
-    p.add_argument("--data", type=comma_list, action="extend",
-                   help="auto (default), real, synthetic, a dataset path or a folder holding the datasets' files, "
-                        "or TASK=PATH; comma-separated or repeated")
-    p.add_argument("--parity", action="store_true",
-                   help="also run the parity step of the notebooks that have one: shared weights, "
-                        "outputs checked against the numpy reference (off by default: timed runs leave it off)")
-    p.add_argument("--precision", type=comma_list, action="extend",
-                   help=f"the variant matrix's precisions, comma-separated: {', '.join(precision.PRECISIONS)} "
-                        "(default fp32, the baseline); tf32 and fp16 need a GPU, and a combination a framework "
-                        "cannot run is recorded as unsupported with its reason")
-    p.add_argument("--compilation", type=comma_list, action="extend",
-                   help="the variant matrix's compilation settings, comma-separated: auto (default: each framework's "
-                        "own, the baseline), on, off; the one equal to a framework's default is its baseline run")
-    p.add_argument("--batch-size", dest="batch_sizes", default="",
-                   help="beside each run, a run of the notebook's batch-size sweep, e.g. 1,64,max (max: doubling until "
-                        "memory or the profile's sweep_budget_s runs out); its rows are the variant 'sweep' "
-                        "(with --resume, the runs already recorded are not repeated)")
-    p.add_argument("--devices", type=comma_list, default=[str(tasks.DEVICES_DEFAULT)],
-                   help="device counts to train on, data-parallel, comma-separated, e.g. 1,2,4, or all (default 1), "
-                        "for the tasks whose notebooks take `devices` (DenseNet-121); each count is a run of its own. "
-                        "Capped at this machine's GPUs, or without one at its cores: CPU devices share the cores, "
-                        "so there they prove the data-parallel code right, not faster")
-    p.add_argument("--seeds", type=int, default=1,
-                   help="runs of each baseline of the tasks with an accuracy band (CNN, GRU, DenseNet-121): the task's "
-                        "seed and the next ones, each a row of its own (variant 'seed43'); the band judges each "
-                        "framework line by the mean over them (default 1: the task's seed alone)")
-    p.add_argument("--only", type=comma_list, action="extend", metavar="KEYS",
-                   help="of the notebook runs planned, only those whose key (task__framework__variant, the record's "
-                        "name) matches one of these shell patterns, comma-separated, e.g. "
-                        "'gru_imdb__*,cnn_cifar10__pytorch__bf16'; a pattern that matches no planned run is an error")
-    p.add_argument("--resume", action="store_true",
-                   help="skip notebooks whose ok record was made from the same inputs (notebook, support/, pins, "
-                        "parameters, hardware); rerun the others, saying why")
-    p.add_argument("--jobs", type=int, default=1,
-                   help="notebooks to run at once (default 1). Above 1 they share the machine, so their records "
-                        "are marked not timed and no table shows their times: for smoke tests")
-    p.add_argument("--cpu-isa", choices=hardware.LEVELS, metavar="ISA",
-                   help=f"run as on a CPU of this ISA level ({', '.join(hardware.LEVELS)}): every framework capped "
-                        "(oneDNN's ONEDNN_/DNNL_MAX_CPU_ISA, ATen's ATEN_CPU_CAPABILITY, XLA's --xla_cpu_max_isa) and "
-                        "support.hardware told so (DLROSETTA_CPU_ISA), e.g. avx2 to see what an AVX2-only CPU's user "
-                        "sees; the results go to a folder of their own (<machine>-isa-<ISA>)")
-    p.add_argument("--timeout", type=int, help="seconds one notebook may run (default: tiny 600, cpu 1800, full 21600)")
-    p.add_argument("--results", type=Path, default=suite.ROOT / "results", help="results folder (default results/)")
-    p.add_argument("--machine", default=None, help="name of this machine's results subfolder (default: derived from the hardware)")
-    p.add_argument("--notebooks", type=Path, default=suite.NOTEBOOKS, help=argparse.SUPPRESS)
-    p.add_argument("--readme", type=Path, default=suite.ROOT / "README.md",
-                   help="README whose results table to update (default README.md); --no-readme to leave it")
-    p.add_argument("--no-readme", dest="readme", action="store_const", const=None)
-    p.add_argument("--no-site", dest="site", action="store_false",
-                   help="do not rebuild the side-by-side reader (results/<machine>/site/) at the end")
-    p.add_argument("--report-only", action="store_true", help="run nothing; rebuild tables, plots, README and reader")
-    p.add_argument("--list", action="store_true", help="print the notebooks that would run, and stop")
-    args = p.parse_args(argv)
-    args.argv = list(sys.argv[1:] if argv is None else argv)
-    args.tasks = check_names(args.task, suite.TASKS, "task", p)
-    args.frameworks = check_names(args.framework, list(suite.FRAMEWORKS), "framework", p)
-    if args.profile not in ("auto",) + suite.PROFILES:
-        p.exit(2, f"run_all.py: unknown profile {args.profile!r}; choose from: auto, {', '.join(suite.PROFILES)}\n")
-    if args.jobs < 1:
-        p.exit(2, f"run_all.py: --jobs {args.jobs}: give 1 or more notebooks at a time\n")
-    if args.seeds < 1:
-        p.exit(2, f"run_all.py: --seeds {args.seeds}: give 1 or more runs of each baseline\n")
-    args.data = parse_data(args.data, p)
-    args.only = args.only or []
-    # Without the flag, the matrix is the baseline alone (check_names' own default would be every value).
-    args.precisions = check_names(args.precision or [tasks.VARIANT_PARAMETERS["precision"]], precision.PRECISIONS,
-                                  "precision", p)
-    args.compilations = check_names(args.compilation or [tasks.VARIANT_PARAMETERS["compilation"]],
-                                    precision.COMPILATIONS, "compilation", p)
-    args.device_counts = parse_devices(args.devices, p)
-    args.gpu = bool(env.gpu_names())     # nvidia-smi lists a GPU: the calibration and some defaults depend on it
-    try:
-        timing_sizes(args.batch_sizes)
-    except ValueError as err:
-        p.exit(2, f"run_all.py: --batch-size: {err}\n")
-    args.timed = args.jobs == 1      # notebooks side by side share the machine: their times measure nothing
-    if args.cpu_isa:                 # before anything reads the machine: its name, the calibration, every kernel
-        os.environ.update(hardware.caps(args.cpu_isa))
-    # What every record of this run is made from besides its notebook and pins (see inputs()), found once.
-    args.hardware = env.machine_name()
-    args.support = suite.digest(*suite.support_files())
-    args.run_id = time.strftime("%Y%m%dT%H%M%S")
-    args.machine = args.machine or args.hardware
-    return args
-
-
-def machine_devices() -> tuple[int, str]:
-    """How many devices a data-parallel run can have here, and what they are: the GPUs `nvidia-smi` lists,
-    else one CPU device per core."""
-    gpus = len(env.gpu_names())
-    if gpus:
-        return gpus, f"{gpus} GPU{'s' if gpus > 1 else ''}"
-    cores = os.cpu_count() or 1
-    return cores, f"{cores} CPU core{'s' if cores > 1 else ''} and no GPU"
-
-
-def parse_devices(items: list[str], parser) -> list[int]:
-    """--devices: counts >= 1 or `all`; those above what this machine has are left out, saying so."""
-    for item in items:
-        if item != "all" and not (item.isdigit() and int(item) >= 1):
-            parser.exit(2, f"run_all.py: --devices {item!r}: give whole numbers of at least 1, or all (e.g. 1,2,4)\n")
-    if items in ([], [str(tasks.DEVICES_DEFAULT)]):
-        return [tasks.DEVICES_DEFAULT]
-    available, what = machine_devices()
-    counts = []
-    for item in items:
-        n = available if item == "all" else int(item)
-        if n > available:
-            print(f"run_all.py: --devices {n} left out: this machine has {what}")
-        elif n not in counts:
-            counts.append(n)
-    if not counts:
-        parser.exit(2, f"run_all.py: --devices {','.join(items)!r}: no count fits this machine ({what})\n")
-    return counts
+    """The runner's arguments, checked (scripts/runner_cli.py), with this module's usage as its help."""
+    return runner_cli.parse_args(argv, __doc__)
 
 
 def matrices(args, task: str, framework: str, parameters: dict) -> list[dict]:
@@ -223,13 +81,16 @@ def matrices(args, task: str, framework: str, parameters: dict) -> list[dict]:
             for devices in counts:
                 default = precision.default(suite.compilation_key(framework, parameters, gpu, devices), task)
                 matrix = {"precision": chosen, "compilation": compilation}
-                matrix = {k: v for k, v in matrix.items() if v != tasks.VARIANT_PARAMETERS[k] and
-                          not (k == "compilation" and v == default)}
+                matrix = {
+                    k: v
+                    for k, v in matrix.items()
+                    if v != tasks.VARIANT_PARAMETERS[k] and not (k == "compilation" and v == default)
+                }
                 matrix.update({"devices": devices} if devices != tasks.DEVICES_DEFAULT else {})
                 for entry in (matrix, {**matrix, "batch_sizes": args.batch_sizes}) if sweeps else (matrix,):
                     if entry not in out:
                         out.append(entry)
-    if tasks.get(task).band and {} in out:     # the baseline again on the next seeds (--seeds), right after it
+    if tasks.get(task).band and {} in out:  # the baseline again on the next seeds (--seeds), right after it
         at = out.index({}) + 1
         out[at:at] = [{"seed": params.seed(task) + k} for k in range(1, args.seeds)]
     return out
@@ -245,28 +106,39 @@ def plan(args) -> list[Job]:
             for parameters in suite.variants(task, framework):
                 notebook = suite.notebook_path(task, framework, parameters, args.notebooks)  # a variant's own file?
                 if notebook.exists():
-                    jobs += [Job(task, framework, parameters, notebook, matrix=matrix, data=args.data.get(task))
-                             for matrix in matrices(args, task, framework, parameters)]
+                    jobs += [
+                        Job(task, framework, parameters, notebook, matrix=matrix, data=args.data.get(task))
+                        for matrix in matrices(args, task, framework, parameters)
+                    ]
     if not args.only:
         return jobs
     matches = {pattern: {job.key for job in jobs if fnmatch.fnmatchcase(job.key, pattern)} for pattern in args.only}
     unmatched = [pattern for pattern, keys in matches.items() if not keys]
     if unmatched:
-        raise ValueError(f"--only {unmatched[0]}: no planned notebook run has a key that matches it (--list shows "
-                         f"the keys); add the --task, --framework, --precision, --compilation, --devices or "
-                         f"--batch-size that plan it")
+        raise ValueError(
+            f"--only {unmatched[0]}: no planned notebook run has a key that matches it (--list shows "
+            f"the keys); add the --task, --framework, --precision, --compilation, --devices or "
+            f"--batch-size that plan it"
+        )
     chosen = set().union(*matches.values())
     return [job for job in jobs if job.key in chosen]
 
 
 # --- which profile each notebook runs -----------------------------------------------------------
 
+
 def probe_gpu(key: str) -> tuple[bool, str]:
     """Ask one framework, in the environment that runs its lines, to compute on the GPU: (answer, detail)."""
     python = suite.venv_python(suite.run_environment(key, {}))
     try:
-        proc = subprocess.run([str(python), "-c", suite.GPU_PROBES[key]], capture_output=True, text=True,
-                              timeout=300, env=kernel_environment(), stdin=subprocess.DEVNULL)
+        proc = subprocess.run(
+            [str(python), "-c", suite.GPU_PROBES[key]],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env=kernel_environment(),
+            stdin=subprocess.DEVNULL,
+        )
     except (OSError, subprocess.SubprocessError) as err:
         return False, f"the probe could not run ({err})"
     answer = proc.stdout.strip().splitlines()[-1:] == ["True"]
@@ -300,16 +172,21 @@ def resolve_profiles(jobs: list[Job], args) -> list[str]:
             continue
         built = gpu_lock_set(key)
         if built:
-            stopped[key] = (f"{suite.LABELS[key]} cannot compute on the GPU although its environment was built for "
-                            f"it (lock set {built}): {detail or 'its probe sees no GPU'}; likely a driver older than "
-                            f"CUDA {suite.LOCK_SETS[built].cuda} needs, CUDA_VISIBLE_DEVICES hiding the GPU, or an "
-                            "environment built on another machine: run `python3 -m scripts.setup_envs --force`")
+            stopped[key] = (
+                f"{suite.LABELS[key]} cannot compute on the GPU although its environment was built for "
+                f"it (lock set {built}): {detail or 'its probe sees no GPU'}; likely a driver older than "
+                f"CUDA {suite.LOCK_SETS[built].cuda} needs, CUDA_VISIBLE_DEVICES hiding the GPU, or an "
+                "environment built on another machine: run `python3 -m scripts.setup_envs --force`"
+            )
             lines.append(f"{key}: stopped: {stopped[key]}")
         else:
-            reasons[key] = (f"{suite.LABELS[key]} runs on the CPU here"
-                            f"{f' ({detail})' if detail else ''}: {suite.GPU_BUILDS[key]}")
-            lines.append(f"{key} sees no GPU{f' ({detail})' if detail else ''}: its notebooks run the cpu profile; "
-                         f"{suite.GPU_BUILDS[key]}")
+            reasons[key] = (
+                f"{suite.LABELS[key]} runs on the CPU here{f' ({detail})' if detail else ''}: {suite.GPU_BUILDS[key]}"
+            )
+            lines.append(
+                f"{key} sees no GPU{f' ({detail})' if detail else ''}: its notebooks run the cpu profile; "
+                f"{suite.GPU_BUILDS[key]}"
+            )
     for job in jobs:
         key = suite.gpu_probe_key(job.framework, job.parameters)
         job.profile = "full" if seen[key][0] else "cpu"
@@ -319,9 +196,11 @@ def resolve_profiles(jobs: list[Job], args) -> list[str]:
 
 # --- running one notebook -----------------------------------------------------------------------
 
+
 @dataclass
 class Active:
     """The runs in progress, so that an interrupt can stop every kernel and keep every old record."""
+
     stopping: threading.Event = field(default_factory=threading.Event)
     procs: set = field(default_factory=set)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -353,43 +232,77 @@ def run_job(job: Job, args, layout: Layout, active: Active) -> dict | None:
         shutil.rmtree(staging, ignore_errors=True)
         return None
     record = results.finalize(
-        layout, outcome(job, status, error, staged["record"], args.machine), run, job.profile, staged=staged,
-        run=args.run_id, wall_s=round(time.time() - start, 1), timed=args.timed,
+        layout,
+        outcome(job, status, error, staged["record"], args.machine),
+        run,
+        job.profile,
+        staged=staged,
+        run=args.run_id,
+        wall_s=round(time.time() - start, 1),
+        timed=args.timed,
         inputs=inputs(job, parameters, support=args.support, hardware_name=args.hardware, timed=args.timed),
-        **({"cpu_reason": job.cpu_reason} if job.cpu_reason else {}))
+        **({"cpu_reason": job.cpu_reason} if job.cpu_reason else {}),
+    )
     shutil.rmtree(staging, ignore_errors=True)
     return record
 
 
 def execute(job: Job, args, parameters: dict, executed: Path, log: Path, active: Active) -> tuple[str, str | None]:
     """papermill in the notebook's kernel, within the time limit: (status, error)."""
-    papermill_args = [str(job.notebook), str(executed), "--kernel", suite.kernel_name(job.environment),
-                      "--cwd", str(job.notebook.parent), "--parameters_yaml", json.dumps(parameters), "--log-output",
-                      "--no-progress-bar"]
+    papermill_args = [
+        str(job.notebook),
+        str(executed),
+        "--kernel",
+        suite.kernel_name(job.environment),
+        "--cwd",
+        str(job.notebook.parent),
+        "--parameters_yaml",
+        json.dumps(parameters),
+        "--log-output",
+        "--no-progress-bar",
+    ]
     cmd = [sys.executable, "-m", "papermill", *papermill_args]
     devices = parameters.get("devices", tasks.DEVICES_DEFAULT)
     if job.framework in suite.PROCESS_PER_DEVICE and devices > 1:
         # a papermill (and kernel) per device, each a rank of torchrun's; --standalone: a free port on this host;
         # --tee: each rank's output reaches the log line by line, behind its rank
-        cmd = [str(suite.venv_python(job.environment)), "-m", "torch.distributed.run", "--standalone",
-               f"--nproc-per-node={devices}", "--tee=3", f"--log-dir={executed.parent / 'ranks'}",
-               "--log-line-prefix-template=[rank${rank}] ", str(suite.ROOT / "scripts" / "papermill_rank.py"),
-               *papermill_args]
+        cmd = [
+            str(suite.venv_python(job.environment)),
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            f"--nproc-per-node={devices}",
+            "--tee=3",
+            f"--log-dir={executed.parent / 'ranks'}",
+            "--log-line-prefix-template=[rank${rank}] ",
+            str(suite.ROOT / "scripts" / "papermill_rank.py"),
+            *papermill_args,
+        ]
     timeout = args.timeout or DEFAULT_TIMEOUT[job.profile]
     with open(log, "w") as log_file:
         # Its own session: a terminal's Ctrl-C reaches the runner alone, which stops the kernels itself
         # and knows the run was interrupted rather than failed.
-        proc = subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT, env=job_environment(job, args.jobs),
-                                stdin=subprocess.DEVNULL, start_new_session=True)
+        proc = subprocess.Popen(
+            cmd,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            env=job_environment(job, args.jobs),
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         with active.lock:
             active.procs.add(proc)
         try:
             code = proc.wait(timeout=timeout)
-            return ("ok", None) if code == 0 else ("failed", suite.notebook_error(executed, log, papermill_rank.other_ranks(executed)))
+            return (
+                ("ok", None)
+                if code == 0
+                else ("failed", suite.notebook_error(executed, log, papermill_rank.other_ranks(executed)))
+            )
         except subprocess.TimeoutExpired:
             kill_tree(proc.pid)
             return "timeout", f"no result after {timeout} s (raise the limit with --timeout)"
-        except BaseException:       # whatever stops this thread waiting, it leaves no kernel behind
+        except BaseException:  # whatever stops this thread waiting, it leaves no kernel behind
             kill_tree(proc.pid)
             raise
         finally:
@@ -454,6 +367,7 @@ def previous_record(job: Job, layout: Layout) -> dict | None:
 
 # --- the results folder ---------------------------------------------------------------------------
 
+
 def build_reader(out: Path, args, rows: list[dict], profile: str | None) -> bool:
     """Rebuild the side-by-side reader for this run's profile (else the latest one recorded);
     False, with the reason printed, where a notebook's headings differ from PyTorch's."""
@@ -470,10 +384,13 @@ def build_reader(out: Path, args, rows: list[dict], profile: str | None) -> bool
 @contextmanager
 def sigterm_as_interrupt():
     """A SIGTERM (a CI timeout, `kill`) stops the run as Ctrl-C does: kernels stopped, records kept."""
+
     def interrupt(signum, frame):
         raise KeyboardInterrupt
 
-    previous = signal.signal(signal.SIGTERM, interrupt) if threading.current_thread() is threading.main_thread() else None
+    previous = (
+        signal.signal(signal.SIGTERM, interrupt) if threading.current_thread() is threading.main_thread() else None
+    )
     try:
         yield
     finally:
@@ -494,12 +411,16 @@ def main(argv=None) -> int:
             print(line)
         profiles = ", ".join(dict.fromkeys(job.profile for job in jobs)) or args.profile
         data = ", ".join(dict.fromkeys(args.data.values())) or "auto"
-        print(f"{len(jobs)} notebook run(s), profile {profiles}, data {data}, "
-              f"{args.jobs} at a time{' (not timed)' if args.jobs > 1 else ''}, results in {out}")
+        print(
+            f"{len(jobs)} notebook run(s), profile {profiles}, data {data}, "
+            f"{args.jobs} at a time{' (not timed)' if args.jobs > 1 else ''}, results in {out}"
+        )
     if args.list:
         for job in jobs:
-            print(f"  {job.title} [{job.profile}]: {job.key}, {suite.shown(job.notebook)} in kernel "
-                  f"{suite.kernel_name(job.environment)}")
+            print(
+                f"  {job.title} [{job.profile}]: {job.key}, {suite.shown(job.notebook)} in kernel "
+                f"{suite.kernel_name(job.environment)}"
+            )
         return 0
     try:
         with results.hold(Layout(out), args.argv):
@@ -510,6 +431,7 @@ def main(argv=None) -> int:
 
 
 # --- the run's metadata: the machine's peak before and after ---------------------------------------
+
 
 def calibrate(gpu: bool) -> dict | None:
     """scripts/calibrate.py in the modern environment, in a process of its own (its threads and memory
@@ -527,8 +449,14 @@ def calibrate(gpu: bool) -> dict | None:
     python = suite.venv_python("modern")
     command = [str(python if python.exists() else sys.executable), "-m", "scripts.calibrate"]
     try:
-        done = subprocess.run(command + (["--cuda"] if gpu else []), capture_output=True, text=True, timeout=600,
-                              env={**os.environ, **env.project_environment()}, cwd=suite.ROOT)
+        done = subprocess.run(
+            command + (["--cuda"] if gpu else []),
+            capture_output=True,
+            text=True,
+            timeout=600,
+            env={**os.environ, **env.project_environment()},
+            cwd=suite.ROOT,
+        )
         if done.returncode != 0:
             raise RuntimeError((done.stderr.strip().splitlines() or ["no output"])[-1])
         return json.loads(done.stdout.strip().splitlines()[-1])
@@ -542,13 +470,19 @@ def start_run(jobs: list[Job], args, layout: Layout) -> dict:
     gpu = args.gpu
     print("measuring this machine's peak matmul FLOP/s per precision (scripts/calibrate.py)")
     before = calibrate(gpu)
-    meta = {"run": args.run_id, "profiles": sorted({job.profile for job in jobs if job.profile}),
-            "argv": args.argv, "timed": args.timed, "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "calibration": {"before": before["peaks"]} if before else {},
-            "load_before": before["load"] if before else list(os.getloadavg()),
-            "harness_overhead_s": before["harness_overhead_s"] if before else None, "gpu": gpu,
-            "hardware": before.get("hardware") if before else hardware.describe(),
-            "calibration_errors": before.get("errors", {}) if before else {}}   # a peak not measured, and why
+    meta = {
+        "run": args.run_id,
+        "profiles": sorted({job.profile for job in jobs if job.profile}),
+        "argv": args.argv,
+        "timed": args.timed,
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "calibration": {"before": before["peaks"]} if before else {},
+        "load_before": before["load"] if before else list(os.getloadavg()),
+        "harness_overhead_s": before["harness_overhead_s"] if before else None,
+        "gpu": gpu,
+        "hardware": before.get("hardware") if before else hardware.describe(),
+        "calibration_errors": before.get("errors", {}) if before else {},
+    }  # a peak not measured, and why
     print(f"  {hardware.summary()}")
     if before:
         for key, peak in before["peaks"].items():
@@ -563,8 +497,13 @@ def end_run(meta: dict, layout: Layout, started: float) -> None:
     """Measure the machine again after the suite (begun at time.monotonic() `started`): the same
     workload, so a drift shows in results.md."""
     after = calibrate(meta["gpu"])
-    meta.update({"ended": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "wall_s": time.monotonic() - started,
-                 "load_after": after["load"] if after else list(os.getloadavg())})
+    meta.update(
+        {
+            "ended": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "wall_s": time.monotonic() - started,
+            "load_after": after["load"] if after else list(os.getloadavg()),
+        }
+    )
     if after:
         meta["calibration"]["after"] = after["peaks"]
         for key, peak in after["peaks"].items():
@@ -585,16 +524,19 @@ def run_and_report(jobs: list[Job], args, layout: Layout) -> int:
                 failures = run_suite(jobs, args, layout)
                 end_run(meta, layout, started)
     except KeyboardInterrupt:
-        print("interrupted: every record written before is kept, and the runs in progress left the previous "
-              "ones untouched; --resume carries on from there")
+        print(
+            "interrupted: every record written before is kept, and the runs in progress left the previous "
+            "ones untouched; --resume carries on from there"
+        )
         failures = -1
     finally:
-        rows = report.build(out, args.readme)       # the tables always reflect every record there is
+        rows = report.build(out, args.readme)  # the tables always reflect every record there is
         if rows:
-            report.write_machines(out.parent, args.readme)     # results/index.md: the machines side by side
+            report.write_machines(out.parent, args.readme)  # results/index.md: the machines side by side
         # this run's profiles; with --report-only, the one asked for (auto: every profile there is)
         profiles = [job.profile for job in jobs if job.profile] or (
-            [args.profile] if args.profile != "auto" else list(suite.PROFILES))
+            [args.profile] if args.profile != "auto" else list(suite.PROFILES)
+        )
         for line in report.flagged([r for r in rows if r["profile"] in profiles]):
             print(f"outside the band: {line}")
         if args.site:

@@ -15,20 +15,20 @@ Downloads go through pooch (`pooch.retrieve`) into the project's cache, never th
 against the canonical checksum, written to a temporary file and renamed into place only when whole and
 correct, so a cut-short or corrupt download leaves nothing; a bad file is named in the one-line error.
 """
+
 from __future__ import annotations
 
 import csv
 import importlib
-import io
 import os
 import pickle
 import re
 import shutil
 import sys
 import tarfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 import pooch
@@ -53,12 +53,14 @@ class Dataset:
     y_train: np.ndarray
     x_test: np.ndarray
     y_test: np.ndarray
-    kind: str      # "real" or "synthetic"
-    source: str    # the file or folder it was read from
+    kind: str  # "real" or "synthetic"
+    source: str  # the file or folder it was read from
 
     def __repr__(self) -> str:
-        return (f"Dataset({self.kind} from {self.source}: x_train {self.x_train.shape} {self.x_train.dtype}, "
-                f"y_train {self.y_train.shape}, x_test {self.x_test.shape}, y_test {self.y_test.shape})")
+        return (
+            f"Dataset({self.kind} from {self.source}: x_train {self.x_train.shape} {self.x_train.dtype}, "
+            f"y_train {self.y_train.shape}, x_test {self.x_test.shape}, y_test {self.y_test.shape})"
+        )
 
 
 def data_dir() -> Path:
@@ -67,15 +69,18 @@ def data_dir() -> Path:
 
 # --- downloads and checksums -------------------------------------------------------------
 
+
 def verify(path: Path, algorithm: str, expected: str) -> None:
     """A ChecksumError naming `path` and the fix where its checksum is not the canonical one."""
     got = pooch.file_hash(str(path), alg=algorithm)
     if got != expected:
-        raise ChecksumError(f"{path}: {algorithm} {got} does not match the canonical {expected} "
-                            f"(corrupt or truncated download): delete the file and run again to fetch it afresh")
+        raise ChecksumError(
+            f"{path}: {algorithm} {got} does not match the canonical {expected} "
+            f"(corrupt or truncated download): delete the file and run again to fetch it afresh"
+        )
 
 
-DOWNLOAD_TIMEOUT = 30   # seconds without an answer or data before a download gives up
+DOWNLOAD_TIMEOUT = 30  # seconds without an answer or data before a download gives up
 
 
 class DownloadError(OSError):
@@ -90,17 +95,24 @@ def download(url: str, dest: Path, algorithm: str, expected: str) -> Path:
 
     dest = Path(dest)
     try:
-        pooch.retrieve(url, known_hash=f"{algorithm}:{expected}", fname=dest.name, path=dest.parent,
-                       downloader=pooch.HTTPDownloader(timeout=DOWNLOAD_TIMEOUT))
+        pooch.retrieve(
+            url,
+            known_hash=f"{algorithm}:{expected}",
+            fname=dest.name,
+            path=dest.parent,
+            downloader=pooch.HTTPDownloader(timeout=DOWNLOAD_TIMEOUT),
+        )
     except requests.RequestException as err:
         raise DownloadError(_reason(err)) from None
     except ValueError as err:
         if "known hash" not in str(err):
             raise
         # pooch: the checksum of what arrived is not the canonical one, and it deleted the file
-        raise ChecksumError(f"{dest}: downloaded from {url}, its {algorithm} does not match the canonical "
-                            f"{expected} (a corrupt or truncated download, deleted): run again to fetch it afresh, "
-                            f"or download it by hand into {dest.parent}") from None
+        raise ChecksumError(
+            f"{dest}: downloaded from {url}, its {algorithm} does not match the canonical "
+            f"{expected} (a corrupt or truncated download, deleted): run again to fetch it afresh, "
+            f"or download it by hand into {dest.parent}"
+        ) from None
     return dest
 
 
@@ -112,19 +124,21 @@ def _reason(err: BaseException) -> str:
         return f"HTTP {err.response.status_code} {err.response.reason}"
     if isinstance(err, requests.Timeout):
         return f"no answer within {DOWNLOAD_TIMEOUT} s"
-    if isinstance(err, requests.exceptions.ChunkedEncodingError):     # urllib3's IncompleteRead, in its words
+    if isinstance(err, requests.exceptions.ChunkedEncodingError):  # urllib3's IncompleteRead, in its words
         more = re.search(r"(\d+) more expected", str(err))
         return "transfer cut short: the server closed the connection " + (
-            f"with {more.group(1)} more bytes expected" if more else "early")
-    if isinstance(err, requests.ConnectionError):    # the socket's own words, not urllib3's retry report around them
+            f"with {more.group(1)} more bytes expected" if more else "early"
+        )
+    if isinstance(err, requests.ConnectionError):  # the socket's own words, not urllib3's retry report around them
         errno = re.search(r"\[Errno -?\d+\] [^'\")]+", str(err))
         if errno:
             return f"no connection: {errno.group(0).strip()}"
     return " ".join(str(err).split()) or type(err).__name__
 
 
-def _resolve(name: str, source, cached: Path, algorithm: str | None, checksum: str | None,
-             url: str | None, how_to_get: str) -> Path | None:
+def _resolve(
+    name: str, source, cached: Path, algorithm: str | None, checksum: str | None, url: str | None, how_to_get: str
+) -> Path | None:
     """The real file or folder to read, or None for synthetic. Raises DataError for source="real"."""
     if source not in SOURCES:
         path = Path(source).expanduser()
@@ -132,7 +146,7 @@ def _resolve(name: str, source, cached: Path, algorithm: str | None, checksum: s
             path = path / cached.name
         if not path.exists():
             raise DataError(f"{name}: {path} does not exist: pass a path to {cached.name}, or source='auto'")
-        return path     # the user's own copy: the reader checks its format, not the canonical checksum
+        return path  # the user's own copy: the reader checks its format, not the canonical checksum
     if source == "synthetic":
         return None
     if cached.exists():
@@ -142,11 +156,11 @@ def _resolve(name: str, source, cached: Path, algorithm: str | None, checksum: s
     problem = f"{name} is not in {cached}"
     if url:
         try:
-            with file_lock(cached):     # one process downloads; the others then find its file
+            with file_lock(cached):  # one process downloads; the others then find its file
                 if not cached.exists():
                     download(url, cached, algorithm, checksum)
             return cached
-        except OSError as err:      # no network, HTTP error, timeout, cut short (DownloadError's line);
+        except OSError as err:  # no network, HTTP error, timeout, cut short (DownloadError's line);
             # a ChecksumError (a corrupt file was fetched) propagates
             problem = f"{name} could not be downloaded from {url} to {cached} ({' '.join(str(err).split())})"
     if source == "real":
@@ -155,16 +169,7 @@ def _resolve(name: str, source, cached: Path, algorithm: str | None, checksum: s
     return None
 
 
-SYNTHETIC_VERSION = 5   # bump when a synthetic writer changes, so cached stand-ins are rewritten
-LABEL_NOISE = 0.1       # share of synthetic labels drawn at random
-
-
-def _noisy(labels: np.ndarray, n_classes: int, rng) -> np.ndarray:
-    """Replace LABEL_NOISE of the labels by random classes, as real labels are imperfect. Without it a
-    synthetic task is solved exactly, the loss falls to ~1e-5 and the gradients become denormal floats,
-    which slow CPU arithmetic several-fold and would make later epochs look slower than earlier ones."""
-    flip = rng.rand(len(labels)) < LABEL_NOISE
-    return np.where(flip, rng.randint(0, n_classes, len(labels)), labels)
+SYNTHETIC_VERSION = 5  # bump when a synthetic writer changes, so cached stand-ins are rewritten
 
 
 def _synthetic_path(name: str, filename: str, **sizes) -> Path:
@@ -186,9 +191,9 @@ def _write_once(path: Path, writer, **kwargs) -> Path:
     if path.exists():
         return path
     with file_lock(path):
-        if not path.exists():   # else another process wrote it while we waited for the lock
+        if not path.exists():  # else another process wrote it while we waited for the lock
             tmp = temporary_name(path)
-            _remove(tmp)        # a leftover of a killed run that had our process id
+            _remove(tmp)  # a leftover of a killed run that had our process id
             try:
                 writer(tmp, **kwargs)
                 tmp.replace(path)
@@ -198,6 +203,7 @@ def _write_once(path: Path, writer, **kwargs) -> Path:
 
 
 # --- helpers the notebooks share ------------------------------------------------------------
+
 
 def channel_last(x: np.ndarray) -> np.ndarray:
     """NCHW -> NHWC (TensorFlow, Keras, JAX/Flax convolutions default to channels-last)."""
@@ -217,7 +223,7 @@ def minibatches(n: int, batch_size: int, seed: int | None = None, drop_last: boo
     order = np.random.RandomState(seed).permutation(n) if seed is not None else np.arange(n)
     stop = n - n % batch_size if drop_last else n
     for start in range(0, stop, batch_size):
-        yield order[start:start + batch_size]
+        yield order[start : start + batch_size]
 
 
 def fake_images(n: int, size: int, channel_first: bool = True, seed: int = 0) -> np.ndarray:
@@ -250,6 +256,7 @@ CIFAR10_CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog
 def read_cifar10(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """uint8 images (N, 3, 32, 32) and int32 labels from `cifar-10-python.tar.gz`."""
     _read_numpy2_pickles()
+
     def batch(tar, member):
         try:
             f = tar.extractfile(f"cifar-10-batches-py/{member}")
@@ -267,71 +274,35 @@ def read_cifar10(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.nda
     return np.concatenate([x for x, _ in train]), np.concatenate([y for _, y in train]), x_test, y_test
 
 
-# How hard the synthetic CIFAR-10 is: each class draws its images from CIFAR_MODES smooth colour
-# patterns under pixel noise (CIFAR_NOISE). Most images show their pattern at contrast CIFAR_CONTRAST
-# times 1 +- CIFAR_SPREAD and are learnt in a few epochs; CIFAR_FAINT of them are faint (contrast drawn
-# from CIFAR_FAINT_CONTRAST, near the noise), and a network needs many more examples to see those. So
-# the accuracy climbs for many epochs, as on real CIFAR-10, instead of reaching its ceiling in the second.
-CIFAR_MODES, CIFAR_CONTRAST, CIFAR_SPREAD, CIFAR_NOISE = 8, 55, 0.7, 55
-CIFAR_FAINT, CIFAR_FAINT_CONTRAST = 0.35, (4, 16)
-
-
-def cifar10_patterns(rng) -> np.ndarray:
-    """The synthetic CIFAR-10's smooth 32x32 colour patterns, (10 classes, CIFAR_MODES, 3, 32, 32): the
-    writer's first draw from `rng`."""
-    return np.kron(rng.standard_normal((10, CIFAR_MODES, 3, 4, 4)), np.ones((8, 8)))
-
-
-def write_synthetic_cifar10(path: Path, n_train: int = 50000, n_test: int = 10000, seed: int = 0) -> None:
-    """A `cifar-10-python.tar.gz` whose images are class-dependent colour patterns under noise.
-
-    One label in ten is replaced by a random class (`_noisy`), so no model scores above about 0.91,
-    and the faint images keep the best accuracy of a small run well below that.
-    """
-    rng = np.random.RandomState(seed)
-    prototypes = cifar10_patterns(rng)
-
-    def images(n):
-        labels = rng.randint(0, 10, n)
-        pattern = prototypes[labels, rng.randint(0, CIFAR_MODES, n)]
-        contrast = CIFAR_CONTRAST * (1 + CIFAR_SPREAD * rng.uniform(-1, 1, (n, 1, 1, 1)))
-        faint = rng.uniform(*CIFAR_FAINT_CONTRAST, (n, 1, 1, 1))
-        contrast = np.where(rng.rand(n, 1, 1, 1) < CIFAR_FAINT, faint, contrast)
-        x = 127 + contrast * pattern + CIFAR_NOISE * rng.standard_normal((n, 3, 32, 32))
-        labels = _noisy(labels, 10, rng)
-        return np.clip(x, 0, 255).astype(np.uint8).reshape(n, 3072), labels.tolist()
-
-    def add(tar, name, obj):
-        blob = pickle.dumps(obj, protocol=2)
-        info = tarfile.TarInfo(f"cifar-10-batches-py/{name}")
-        info.size = len(blob)
-        tar.addfile(info, io.BytesIO(blob))
-
-    with tarfile.open(path, "w:gz", compresslevel=1) as tar:
-        for i, part in enumerate(np.array_split(np.arange(n_train), 5), start=1):
-            x, y = images(len(part))
-            add(tar, f"data_batch_{i}", {"batch_label": f"training batch {i} of 5", "data": x, "labels": y})
-        x, y = images(n_test)
-        add(tar, "test_batch", {"batch_label": "testing batch 1 of 1", "data": x, "labels": y})
-        add(tar, "batches.meta", {"label_names": list(CIFAR10_CLASSES), "num_cases_per_batch": n_train // 5,
-                                  "num_vis": 3072})
-
-
-def cifar10(source="auto", n_train: int | None = None, n_test: int | None = None,
-            channel_first: bool = True) -> Dataset:
+def cifar10(
+    source="auto", n_train: int | None = None, n_test: int | None = None, channel_first: bool = True
+) -> Dataset:
     """CIFAR-10 as float32 images (NCHW, or NHWC with channel_first=False) and int32 labels.
 
     Pixels are scaled to [0, 1], then standardised per channel with the training split's mean and
     standard deviation: without it, SGD at the seed's learning rate sits on a plateau for hundreds
     of steps before it starts to learn.
     """
-    path = _resolve("CIFAR-10", source, data_dir() / "cifar10" / "cifar-10-python.tar.gz", "md5", CIFAR10_MD5,
-                    CIFAR10_URL, f"download {CIFAR10_URL} into {data_dir() / 'cifar10'}")
+    from support import synthetic  # the stand-in datasets (synthetic.py reads this module's constants)
+
+    path = _resolve(
+        "CIFAR-10",
+        source,
+        data_dir() / "cifar10" / "cifar-10-python.tar.gz",
+        "md5",
+        CIFAR10_MD5,
+        CIFAR10_URL,
+        f"download {CIFAR10_URL} into {data_dir() / 'cifar10'}",
+    )
     kind = "real"
     if path is None:
         kind, sizes = "synthetic", dict(train=n_train or 50000, test=n_test or 10000)
-        path = _write_once(_synthetic_path("cifar10", "cifar-10-python.tar.gz", **sizes),
-                           write_synthetic_cifar10, n_train=sizes["train"], n_test=sizes["test"])
+        path = _write_once(
+            _synthetic_path("cifar10", "cifar-10-python.tar.gz", **sizes),
+            synthetic.write_synthetic_cifar10,
+            n_train=sizes["train"],
+            n_test=sizes["test"],
+        )
     x_train, y_train, x_test, y_test = read_cifar10(path)
     x_train, y_train, x_test, y_test = x_train[:n_train], y_train[:n_train], x_test[:n_test], y_test[:n_test]
     x_train, x_test = x_train.astype(np.float32) / 255, x_test.astype(np.float32) / 255
@@ -344,7 +315,7 @@ def cifar10(source="auto", n_train: int | None = None, n_test: int | None = None
 
 IMDB_URL = "https://storage.googleapis.com/tensorflow/tf-keras-datasets/imdb.npz"
 IMDB_SHA256 = "69664113be75683a8fe16e3ed0ab59fda8886cb3cd7ada244f7d9544e4676b9f"
-IMDB_START, IMDB_OOV, IMDB_INDEX_FROM = 1, 2, 3     # Keras's conventions; 0 is padding
+IMDB_START, IMDB_OOV, IMDB_INDEX_FROM = 1, 2, 3  # Keras's conventions; 0 is padding
 
 
 def read_imdb(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -368,80 +339,75 @@ def encode_reviews(reviews, vocab_size: int, max_len: int) -> np.ndarray:
     ends = np.cumsum(lengths)
     for i, (end, length) in enumerate(zip(ends, lengths)):
         keep = min(length, max_len)
-        out[i, max_len - keep:] = flat[end - keep:end]
+        out[i, max_len - keep :] = flat[end - keep : end]
     return out
 
 
-IMDB_MARKERS = 30          # sentiment words per class
-IMDB_MARKER_RATE = (0.05, 0.1)   # share of a review's words that are markers, log-uniform per review
-IMDB_PURITY = 0.9          # share of a review's markers from its own class; the rest from the other
-
-
-def imdb_markers(rng) -> np.ndarray:
-    """The synthetic IMDB's marker-word ranks, (2, IMDB_MARKERS) for negative and positive: the writer's
-    first draw from `rng`."""
-    return rng.choice(np.arange(50, 3000), size=(2, IMDB_MARKERS), replace=False)
-
-
-def write_synthetic_imdb(path: Path, n_train: int = 25000, n_test: int = 25000, seed: int = 0) -> None:
-    """An `imdb.npz` of Zipf-like reviews where each sentiment has its own marker words.
-
-    A review's markers are sparse (5-10% of its words) and one in ten comes from the other class, so a
-    GRU has to carry evidence across the sequence rather than spot one word: like a GRU on real IMDB,
-    it spends its first hundred or so steps near chance before it learns. One label in ten is random
-    (`_noisy`, and one in twenty ends up wrong), so the best accuracy is about 0.95; the `cpu` profile
-    ends near 0.8, still improving.
-    """
-    rng = np.random.RandomState(seed)
-    markers = imdb_markers(rng)
-    lo, hi = np.log(IMDB_MARKER_RATE)
-
-    def reviews(n):
-        labels = rng.randint(0, 2, n)
-        xs = np.empty(n, dtype=object)
-        for i, label in enumerate(labels):
-            length = int(np.clip(rng.lognormal(5.2, 0.6), 20, 1000))
-            words = np.exp(rng.uniform(0, np.log(60000), length)).astype(np.int64)   # log-uniform ranks
-            hits = np.flatnonzero(rng.rand(length) < np.exp(rng.uniform(lo, hi)))
-            side = np.where(rng.rand(hits.size) < IMDB_PURITY, label, 1 - label)
-            words[hits] = markers[side, rng.randint(0, IMDB_MARKERS, hits.size)]
-            xs[i] = words.tolist()
-        return xs, _noisy(labels, 2, rng).astype(np.int64)
-
-    x_train, y_train = reviews(n_train)
-    x_test, y_test = reviews(n_test)
-    with open(path, "wb") as f:
-        np.savez(f, x_train=x_train, y_train=y_train, x_test=x_test, y_test=y_test)
-
-
-def imdb(source="auto", n_train: int | None = None, n_test: int | None = None,
-         vocab_size: int = 30000, max_len: int = 150, seed: int = 113) -> Dataset:
+def imdb(
+    source="auto",
+    n_train: int | None = None,
+    n_test: int | None = None,
+    vocab_size: int = 30000,
+    max_len: int = 150,
+    seed: int = 113,
+) -> Dataset:
     """IMDB reviews as int32 (N, max_len) word indices (Keras's conventions) and int32 0/1 labels.
 
     Like keras.datasets.imdb.load_data(seed=113), train and test are shuffled before the first
     n_train / n_test reviews are taken.
     """
-    path = _resolve("IMDB", source, data_dir() / "imdb" / "imdb.npz", "sha256", IMDB_SHA256, IMDB_URL,
-                    f"download {IMDB_URL} into {data_dir() / 'imdb'}")
+    from support import synthetic  # the stand-in datasets (synthetic.py reads this module's constants)
+
+    path = _resolve(
+        "IMDB",
+        source,
+        data_dir() / "imdb" / "imdb.npz",
+        "sha256",
+        IMDB_SHA256,
+        IMDB_URL,
+        f"download {IMDB_URL} into {data_dir() / 'imdb'}",
+    )
     kind = "real"
     if path is None:
         kind, sizes = "synthetic", dict(train=n_train or 25000, test=n_test or 25000)
-        path = _write_once(_synthetic_path("imdb", "imdb.npz", **sizes), write_synthetic_imdb,
-                           n_train=sizes["train"], n_test=sizes["test"])
+        path = _write_once(
+            _synthetic_path("imdb", "imdb.npz", **sizes),
+            synthetic.write_synthetic_imdb,
+            n_train=sizes["train"],
+            n_test=sizes["test"],
+        )
     x_train, y_train, x_test, y_test = read_imdb(path)
     rng = np.random.RandomState(seed)
     train, test = rng.permutation(len(x_train))[:n_train], rng.permutation(len(x_test))[:n_test]
-    return Dataset(encode_reviews(x_train[train], vocab_size, max_len), y_train[train].astype(np.int32),
-                   encode_reviews(x_test[test], vocab_size, max_len), y_test[test].astype(np.int32),
-                   kind, str(path))
+    return Dataset(
+        encode_reviews(x_train[train], vocab_size, max_len),
+        y_train[train].astype(np.int32),
+        encode_reviews(x_test[test], vocab_size, max_len),
+        y_test[test].astype(np.int32),
+        kind,
+        str(path),
+    )
 
 
 # --- NIH ChestX-ray14 -------------------------------------------------------------------------
 
 CHESTXRAY_URL = "https://nihcc.app.box.com/v/ChestXray-NIHCC"
-CHESTXRAY_LABELS = ("Atelectasis", "Cardiomegaly", "Effusion", "Infiltration", "Mass", "Nodule", "Pneumonia",
-                    "Pneumothorax", "Consolidation", "Edema", "Emphysema", "Fibrosis", "Pleural_Thickening",
-                    "Hernia")
+CHESTXRAY_LABELS = (
+    "Atelectasis",
+    "Cardiomegaly",
+    "Effusion",
+    "Infiltration",
+    "Mass",
+    "Nodule",
+    "Pneumonia",
+    "Pneumothorax",
+    "Consolidation",
+    "Edema",
+    "Emphysema",
+    "Fibrosis",
+    "Pleural_Thickening",
+    "Hernia",
+)
 CHESTXRAY_CSV = ("Data_Entry_2017.csv", "Data_Entry_2017_v2020.csv")
 IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
@@ -456,8 +422,10 @@ def read_chestxray_index(root: Path) -> tuple[list[str], np.ndarray, list[str], 
     root = Path(root)
     csv_path = next((root / n for n in CHESTXRAY_CSV if (root / n).exists()), None)
     if csv_path is None:
-        raise DataError(f"{root}: no {CHESTXRAY_CSV[0]}: point source (or DLROSETTA_CHESTXRAY) at the folder "
-                        f"holding it, images/ and the split lists from {CHESTXRAY_URL}")
+        raise DataError(
+            f"{root}: no {CHESTXRAY_CSV[0]}: point source (or DLROSETTA_CHESTXRAY) at the folder "
+            f"holding it, images/ and the split lists from {CHESTXRAY_URL}"
+        )
     labels, patients = {}, {}
     with open(csv_path, newline="") as f:
         for row in csv.DictReader(f):
@@ -482,54 +450,11 @@ def read_chestxray_index(root: Path) -> tuple[list[str], np.ndarray, list[str], 
     test_paths, y_test = split("test_list.txt")
     shared = {patients[Path(p).name] for p in train_paths} & {patients[Path(p).name] for p in test_paths}
     if shared:
-        raise DataError(f"{root}: patient(s) {sorted(shared)[:3]} appear in both train_val_list.txt and "
-                        f"test_list.txt: the split must be by patient")
+        raise DataError(
+            f"{root}: patient(s) {sorted(shared)[:3]} appear in both train_val_list.txt and "
+            f"test_list.txt: the split must be by patient"
+        )
     return train_paths, y_train, test_paths, y_test
-
-
-def _xray_labels(n: int, rng) -> np.ndarray:
-    return (rng.rand(n, len(CHESTXRAY_LABELS)) < 0.25).astype(np.float32)
-
-
-def _xray_image(labels: np.ndarray, px: int, rng) -> np.ndarray:
-    """A grey 'chest' with one bright blob per positive label, at that label's own place."""
-    yy, xx = np.mgrid[0:px, 0:px] / px
-    img = 90 + 60 * np.exp(-(((xx - 0.5) / 0.35) ** 2 + ((yy - 0.5) / 0.45) ** 2))
-    for k in np.flatnonzero(labels):
-        cy, cx = 0.2 + 0.6 * (k // 4) / 3, 0.2 + 0.6 * (k % 4) / 3
-        img += 70 * np.exp(-(((xx - cx) ** 2 + (yy - cy) ** 2) / 0.004))
-    img += 25 * rng.standard_normal((px, px))
-    return np.clip(img, 0, 255).astype(np.uint8)
-
-
-def write_synthetic_chestxray(root: Path, n_train: int = 800, n_test: int = 200, px: int = 1024,
-                              seed: int = 0) -> None:
-    """A ChestX-ray14 folder (images/*.png, Data_Entry_2017.csv, split lists), split by patient."""
-    from PIL import Image   # only here: support needs nothing beyond numpy at import time
-
-    rng = np.random.RandomState(seed)
-    root = Path(root)
-    (root / "images").mkdir(parents=True)
-    rows, lists = [], {"train_val_list.txt": [], "test_list.txt": []}
-    patient = 0
-    for list_name, n in (("train_val_list.txt", n_train), ("test_list.txt", n_test)):
-        while len(lists[list_name]) < n:
-            patient += 1
-            for follow_up in range(min(rng.randint(1, 4), n - len(lists[list_name]))):
-                name = f"{patient:08d}_{follow_up:03d}.png"
-                y = _xray_labels(1, rng)[0]
-                Image.fromarray(_xray_image(y, px, rng)).save(root / "images" / name, compress_level=1)
-                findings = "|".join(l for l, on in zip(CHESTXRAY_LABELS, y) if on) or "No Finding"
-                rows.append([name, findings, follow_up, patient, rng.randint(20, 80), "MF"[rng.randint(2)],
-                             "PA", px, px, 0.143, 0.143])
-                lists[list_name].append(name)
-    with open(root / CHESTXRAY_CSV[0], "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["Image Index", "Finding Labels", "Follow-up #", "Patient ID", "Patient Age", "Patient Gender",
-                    "View Position", "OriginalImage[Width", "Height]", "OriginalImagePixelSpacing[x", "y]"])
-        w.writerows(rows)
-    for list_name, names in lists.items():
-        (root / list_name).write_text("\n".join(names) + "\n")
 
 
 @dataclass
@@ -542,30 +467,48 @@ class XrayIndex:
     source: str
 
     def __repr__(self) -> str:
-        return (f"XrayIndex({self.kind} from {self.source}: {len(self.train_paths)} train and "
-                f"{len(self.test_paths)} test images, {self.y_train.shape[1]} labels)")
+        return (
+            f"XrayIndex({self.kind} from {self.source}: {len(self.train_paths)} train and "
+            f"{len(self.test_paths)} test images, {self.y_train.shape[1]} labels)"
+        )
 
 
-def chestxray(source="auto", n_train: int | None = None, n_test: int | None = None,
-              synthetic_px: int = 1024, seed: int = 0) -> XrayIndex:
+def chestxray(
+    source="auto", n_train: int | None = None, n_test: int | None = None, synthetic_px: int = 1024, seed: int = 0
+) -> XrayIndex:
     """The ChestX-ray14 file index: PNG paths and (N, 14) labels for train_val and test.
 
     Real data is never downloaded (about 45 GB): put it in `chestxray_dir()`. Subsets are drawn
     with `seed` from the official lists.
     """
-    root = _resolve("NIH ChestX-ray14", source, chestxray_dir(), None, None, None,
-                    f"download it from {CHESTXRAY_URL} and set DLROSETTA_CHESTXRAY to its folder")
+    from support import synthetic  # the stand-in datasets (synthetic.py reads this module's constants)
+
+    root = _resolve(
+        "NIH ChestX-ray14",
+        source,
+        chestxray_dir(),
+        None,
+        None,
+        None,
+        f"download it from {CHESTXRAY_URL} and set DLROSETTA_CHESTXRAY to its folder",
+    )
     kind = "real"
     if root is None:
         kind, sizes = "synthetic", dict(train=n_train or 800, test=n_test or 200, px=synthetic_px)
-        root = _write_once(_synthetic_path("chestxray14", "root", **sizes), write_synthetic_chestxray,
-                           n_train=sizes["train"], n_test=sizes["test"], px=synthetic_px)
+        root = _write_once(
+            _synthetic_path("chestxray14", "root", **sizes),
+            synthetic.write_synthetic_chestxray,
+            n_train=sizes["train"],
+            n_test=sizes["test"],
+            px=synthetic_px,
+        )
     train_paths, y_train, test_paths, y_test = read_chestxray_index(root)
     rng = np.random.RandomState(seed)
     train = np.sort(rng.permutation(len(train_paths))[:n_train])
     test = np.sort(rng.permutation(len(test_paths))[:n_test])
-    return XrayIndex([train_paths[i] for i in train], y_train[train], [test_paths[i] for i in test], y_test[test],
-                     kind, str(root))
+    return XrayIndex(
+        [train_paths[i] for i in train], y_train[train], [test_paths[i] for i in test], y_test[test], kind, str(root)
+    )
 
 
 def read_xray(path: str, size: int) -> np.ndarray:
@@ -574,7 +517,7 @@ def read_xray(path: str, size: int) -> np.ndarray:
 
     try:
         with Image.open(path) as img:
-            return np.array(img.convert("L").resize((size, size), Image.BILINEAR))   # a writable copy
+            return np.array(img.convert("L").resize((size, size), Image.BILINEAR))  # a writable copy
     except (OSError, ValueError) as err:
         raise DataError(f"{path}: cannot be read as a PNG image ({err})") from None
 
@@ -585,6 +528,8 @@ def chestxray_in_ram(n: int, size: int, seed: int = 0) -> tuple[np.ndarray, np.n
     The same generator as the PNGs, minus the files: the seed's "synthetic data in RAM" mode,
     which times the model without the input pipeline.
     """
+    from support import synthetic  # the stand-in datasets (synthetic.py reads this module's constants)
+
     rng = np.random.RandomState(seed)
-    y = _xray_labels(n, rng)
-    return np.stack([_xray_image(row, size, rng) for row in y]), y
+    y = synthetic.xray_labels(n, rng)
+    return np.stack([synthetic.xray_image(row, size, rng) for row in y]), y

@@ -1,4 +1,5 @@
 """support.data: the real on-disk formats, synthetic stand-ins, checksums and clear errors."""
+
 import csv
 import hashlib
 import http.server
@@ -18,13 +19,14 @@ import numpy as np
 import pytest
 
 from support import data as D
-
+from support import synthetic
 
 # --- CIFAR-10 ---------------------------------------------------------------------------------
 
+
 def test_synthetic_cifar10_is_a_real_cifar_tarball(tmp_path):
     path = tmp_path / "cifar-10-python.tar.gz"
-    D.write_synthetic_cifar10(path, n_train=50, n_test=20)
+    synthetic.write_synthetic_cifar10(path, n_train=50, n_test=20)
     with tarfile.open(path) as tar:
         names = set(tar.getnames())
         meta = pickle.load(tar.extractfile("cifar-10-batches-py/batches.meta"), encoding="latin1")
@@ -42,23 +44,23 @@ def test_synthetic_cifar10_has_a_ceiling_near_091_that_a_template_matcher_reache
     """Its images hold enough evidence for about 0.91 (the label noise's ceiling): matching each image
     against the writer's own patterns gets there, so a short run's lower accuracy is the model's."""
     path = tmp_path / "cifar-10-python.tar.gz"
-    D.write_synthetic_cifar10(path, n_train=5, n_test=2000)
+    synthetic.write_synthetic_cifar10(path, n_train=5, n_test=2000)
     _, _, x_test, y_test = D.read_cifar10(path)
-    patterns = D.cifar10_patterns(np.random.RandomState(0)).reshape(10, D.CIFAR_MODES, -1)   # seed 0's
+    patterns = synthetic.cifar10_patterns(np.random.RandomState(0)).reshape(10, synthetic.CIFAR_MODES, -1)  # seed 0's
     patterns /= np.linalg.norm(patterns, axis=-1, keepdims=True)
-    match = np.einsum("nd,cmd->ncm", x_test.reshape(2000, -1) - 127.0, patterns).max(-1)   # best mode per class
+    match = np.einsum("nd,cmd->ncm", x_test.reshape(2000, -1) - 127.0, patterns).max(-1)  # best mode per class
     assert 0.88 < (match.argmax(1) == y_test).mean() < 0.94
 
 
 def test_cifar10_reads_a_user_tarball_in_both_layouts(tmp_path, no_network):
     path = tmp_path / "cifar-10-python.tar.gz"
-    D.write_synthetic_cifar10(path, n_train=100, n_test=40)
-    nchw = D.cifar10(tmp_path, n_train=60, n_test=30)          # a folder holding the tarball
+    synthetic.write_synthetic_cifar10(path, n_train=100, n_test=40)
+    nchw = D.cifar10(tmp_path, n_train=60, n_test=30)  # a folder holding the tarball
     nhwc = D.cifar10(path, n_train=60, n_test=30, channel_first=False)
     assert nchw.kind == "real" and nchw.source == str(path)
     assert nchw.x_train.shape == (60, 3, 32, 32) and nchw.x_test.shape == (30, 3, 32, 32)
     assert nchw.x_train.dtype == np.float32 and nchw.y_train.dtype == np.int32
-    np.testing.assert_allclose(nchw.x_train.mean(axis=(0, 2, 3)), 0, atol=1e-4)   # standardised per channel
+    np.testing.assert_allclose(nchw.x_train.mean(axis=(0, 2, 3)), 0, atol=1e-4)  # standardised per channel
     np.testing.assert_allclose(nchw.x_train.std(axis=(0, 2, 3)), 1, atol=1e-4)
     np.testing.assert_array_equal(nhwc.x_train, np.moveaxis(nchw.x_train, 1, -1))
 
@@ -106,13 +108,14 @@ def test_missing_user_path_is_named(tmp_path):
 
 # --- downloads over HTTP: a loopback server with injected faults -------------------------------
 
-SLOW_S = 5      # the longest a "slow" request is held back (released early when the server stops)
+SLOW_S = 5  # the longest a "slow" request is held back (released early when the server stops)
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
     """Serves `server.routes[path] = (body, fault)`; fault None, "cut" (Content-Length larger than
     the body, then the connection closes), "slow" (no answer for up to SLOW_S) or a delay in seconds."""
-    timeout = 5     # bounds reading a request from a client that does not send one
+
+    timeout = 5  # bounds reading a request from a client that does not send one
 
     def do_GET(self):
         self.server.requests.append(self.path)
@@ -130,8 +133,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self.send_header("Content-Type", "application/octet-stream")
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
-            self.wfile.write(body[:len(body) // 2] if fault == "cut" else body)
-        except OSError:      # the client gave up (timed out) first
+            self.wfile.write(body[: len(body) // 2] if fault == "cut" else body)
+        except OSError:  # the client gave up (timed out) first
             pass
 
     def log_message(self, *args):
@@ -142,7 +145,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 def http_server():
     """A ThreadingHTTPServer on 127.0.0.1 (a free port), stopped, with its request threads joined, at teardown."""
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    server.daemon_threads = False        # so server_close() joins the request threads
+    server.daemon_threads = False  # so server_close() joins the request threads
     server.routes, server.requests, server.release = {}, [], threading.Event()
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
@@ -171,20 +174,30 @@ def test_download_with_a_bad_checksum_leaves_nothing_and_names_file_and_url(http
         D.download(url, dest, "sha256", D.IMDB_SHA256)
     message = str(err.value)
     assert "\n" not in message and str(dest) in message and url in message and D.IMDB_SHA256 in message
-    assert not dest.exists() and not list(dest.parent.iterdir())          # no temporary file either
+    assert not dest.exists() and not list(dest.parent.iterdir())  # no temporary file either
 
 
 DATASETS = {
     "cifar10": SimpleNamespace(
-        name="CIFAR-10", url="CIFAR10_URL", checksum="CIFAR10_MD5", algorithm="md5",
-        folder="cifar10", filename="cifar-10-python.tar.gz",
-        write=lambda path: D.write_synthetic_cifar10(path, n_train=50, n_test=20),
-        load=lambda source: D.cifar10(source, n_train=40, n_test=20)),
+        name="CIFAR-10",
+        url="CIFAR10_URL",
+        checksum="CIFAR10_MD5",
+        algorithm="md5",
+        folder="cifar10",
+        filename="cifar-10-python.tar.gz",
+        write=lambda path: synthetic.write_synthetic_cifar10(path, n_train=50, n_test=20),
+        load=lambda source: D.cifar10(source, n_train=40, n_test=20),
+    ),
     "imdb": SimpleNamespace(
-        name="IMDB", url="IMDB_URL", checksum="IMDB_SHA256", algorithm="sha256",
-        folder="imdb", filename="imdb.npz",
-        write=lambda path: D.write_synthetic_imdb(path, n_train=30, n_test=20),
-        load=lambda source: D.imdb(source, n_train=20, n_test=10, vocab_size=1000, max_len=50)),
+        name="IMDB",
+        url="IMDB_URL",
+        checksum="IMDB_SHA256",
+        algorithm="sha256",
+        folder="imdb",
+        filename="imdb.npz",
+        write=lambda path: synthetic.write_synthetic_imdb(path, n_train=30, n_test=20),
+        load=lambda source: D.imdb(source, n_train=20, n_test=10, vocab_size=1000, max_len=50),
+    ),
 }
 
 
@@ -218,9 +231,10 @@ def served(request, http_server, real_format_files, monkeypatch):
         else:
             http_server.routes[route] = (body, kind)
 
-    yield SimpleNamespace(spec=spec, body=body, url=url, route=route, cached=folder / spec.filename,
-                          server=http_server, fault=fault)
-    shutil.rmtree(folder, ignore_errors=True)     # leave no "real" data for the other tests
+    yield SimpleNamespace(
+        spec=spec, body=body, url=url, route=route, cached=folder / spec.filename, server=http_server, fault=fault
+    )
+    shutil.rmtree(folder, ignore_errors=True)  # leave no "real" data for the other tests
 
 
 def leftovers(cached: Path) -> list:
@@ -234,7 +248,7 @@ def test_download_over_http_is_cached_checked_and_read_as_real(served):
     assert first.kind == "real" and first.source == str(served.cached)
     assert served.cached.read_bytes() == served.body and not leftovers(served.cached)
     assert served.server.requests == [served.route]
-    again = served.spec.load("auto")          # from the cache, checksummed, without a request
+    again = served.spec.load("auto")  # from the cache, checksummed, without a request
     assert again.kind == "real" and again.source == str(served.cached)
     assert served.server.requests == [served.route]
     np.testing.assert_array_equal(again.x_train, first.x_train)
@@ -273,19 +287,19 @@ def test_failed_download_under_real_is_one_clear_line(served, fault, monkeypatch
     with pytest.raises(D.DataError) as err:
         served.spec.load("real")
     assert time.monotonic() - start < SLOW_S
-    assert type(err.value) is D.DataError            # not a ChecksumError, nor a raw urllib/http.client one
-    assert err.value.__context__ is None and err.value.__cause__ is None   # no chained traceback
+    assert type(err.value) is D.DataError  # not a ChecksumError, nor a raw urllib/http.client one
+    assert err.value.__context__ is None and err.value.__cause__ is None  # no chained traceback
     message = str(err.value)
     assert "\n" not in message and FAULTS[fault] in message
     assert served.url in message and str(served.cached) in message
-    assert f"download {served.url} into {served.cached.parent}" in message      # the fix
+    assert f"download {served.url} into {served.cached.parent}" in message  # the fix
     assert not served.cached.exists() and not leftovers(served.cached)
 
 
 def test_a_server_that_is_not_there_is_one_line_with_the_sockets_words(served, monkeypatch):
     import socket
 
-    with socket.socket() as closed:          # a port nobody listens on once it is closed
+    with socket.socket() as closed:  # a port nobody listens on once it is closed
         closed.bind(("127.0.0.1", 0))
         port = closed.getsockname()[1]
     url = f"http://127.0.0.1:{port}/{served.spec.filename}"
@@ -310,6 +324,7 @@ def test_failed_download_under_auto_falls_back_to_synthetic(served, fault, monke
 
 
 # --- several processes sharing the cache ------------------------------------------------------
+
 
 def _slow_folder_writer(root: Path, markers: Path) -> None:
     """A synthetic writer that makes a folder of files slowly, and leaves a marker for each run."""
@@ -346,7 +361,7 @@ def _race(target, *args, n: int = 2) -> list:
                 got.append(results.get(timeout=0.1))
             except queue.Empty:
                 if not any(p.is_alive() for p in procs) and results.empty():
-                    break       # one failed: its traceback is in the captured stderr
+                    break  # one failed: its traceback is in the captured stderr
     finally:
         for p in procs:
             p.join(10)
@@ -362,8 +377,8 @@ def test_two_processes_writing_the_same_synthetic_folder_write_it_once(tmp_path)
     markers.mkdir()
     listings = _race(_write_once_in_a_process, str(target), str(markers))
     assert listings == [["a.txt", "b.txt"]] * 2
-    assert len(list(markers.iterdir())) == 1                                   # the writer ran once
-    assert sorted(p.name for p in target.parent.iterdir()) == ["root", "root.lock"]   # no temp folders left
+    assert len(list(markers.iterdir())) == 1  # the writer ran once
+    assert sorted(p.name for p in target.parent.iterdir()) == ["root", "root.lock"]  # no temp folders left
 
 
 def test_a_failed_writer_leaves_no_temp_file(tmp_path):
@@ -377,7 +392,7 @@ def test_a_failed_writer_leaves_no_temp_file(tmp_path):
 
 
 def test_two_processes_downloading_the_same_file_fetch_it_once(served):
-    served.server.routes[served.route] = (served.body, 0.5)    # slow enough for the two to overlap
+    served.server.routes[served.route] = (served.body, 0.5)  # slow enough for the two to overlap
     key = next(k for k, spec in DATASETS.items() if spec is served.spec)
     results = _race(_load_in_a_process, key)
     assert results == [("real", str(served.cached))] * 2
@@ -387,13 +402,14 @@ def test_two_processes_downloading_the_same_file_fetch_it_once(served):
 
 # --- IMDB -------------------------------------------------------------------------------------
 
+
 def keras_reference(reviews, vocab_size, max_len):
     """keras.datasets.imdb.load_data + pad_sequences, written out plainly."""
     out = np.zeros((len(reviews), max_len), dtype=np.int32)
     for i, review in enumerate(reviews):
         seq = [1] + [w + 3 for w in review]
         seq = [w if w < vocab_size else 2 for w in seq][-max_len:]
-        out[i, max_len - len(seq):] = seq
+        out[i, max_len - len(seq) :] = seq
     return out
 
 
@@ -401,18 +417,18 @@ def test_encode_reviews_follows_keras_conventions():
     reviews = [[1, 2, 3], [5, 99, 7, 8, 9, 10, 11], list(range(1, 30))]
     encoded = D.encode_reviews(reviews, vocab_size=20, max_len=6)
     np.testing.assert_array_equal(encoded, keras_reference(reviews, 20, 6))
-    assert encoded[0].tolist() == [0, 0, 1, 4, 5, 6]          # padded at the front, start token 1, ranks + 3
-    assert encoded[1].tolist() == [2, 10, 11, 12, 13, 14]      # 99 + 3 >= 20 -> out of vocabulary 2; front cut
+    assert encoded[0].tolist() == [0, 0, 1, 4, 5, 6]  # padded at the front, start token 1, ranks + 3
+    assert encoded[1].tolist() == [2, 10, 11, 12, 13, 14]  # 99 + 3 >= 20 -> out of vocabulary 2; front cut
 
 
 def test_imdb_reads_keras_npz_and_matches_the_reference(tmp_path, no_network):
     path = tmp_path / "imdb.npz"
-    D.write_synthetic_imdb(path, n_train=60, n_test=40)
+    synthetic.write_synthetic_imdb(path, n_train=60, n_test=40)
     ds = D.imdb(path, n_train=50, n_test=30, vocab_size=1000, max_len=150)
     assert ds.kind == "real" and ds.x_train.shape == (50, 150) and ds.x_test.shape == (30, 150)
     assert ds.x_train.dtype == np.int32 and set(np.unique(ds.y_train)) <= {0, 1}
     x_train, y_train, _, _ = D.read_imdb(path)
-    order = np.random.RandomState(113).permutation(60)[:50]     # Keras shuffles with seed 113
+    order = np.random.RandomState(113).permutation(60)[:50]  # Keras shuffles with seed 113
     np.testing.assert_array_equal(ds.x_train, keras_reference(x_train[order], 1000, 150))
     np.testing.assert_array_equal(ds.y_train, y_train[order])
 
@@ -421,19 +437,19 @@ def test_synthetic_imdb_needs_evidence_across_the_review_and_has_a_ceiling_near_
     """The stand-in can fail a framework: markers are sparse and mixed, so no single word decides, yet
     counting the markers in the 150 words a model sees scores about 0.95 (the label noise's ceiling)."""
     path = tmp_path / "imdb.npz"
-    D.write_synthetic_imdb(path, n_train=1, n_test=3000)
+    synthetic.write_synthetic_imdb(path, n_train=1, n_test=3000)
     ds = D.imdb(path, n_train=1, n_test=3000, max_len=150)
-    markers = D.imdb_markers(np.random.RandomState(0)) + D.IMDB_INDEX_FROM         # seed 0's, as indices
-    counts = np.stack([np.isin(ds.x_test, m).sum(1) for m in markers], axis=1)      # (n, 2)
+    markers = synthetic.imdb_markers(np.random.RandomState(0)) + D.IMDB_INDEX_FROM  # seed 0's, as indices
+    counts = np.stack([np.isin(ds.x_test, m).sum(1) for m in markers], axis=1)  # (n, 2)
     seen = (ds.x_test > 0).sum(1)
     share = counts.sum(1) / seen
-    assert 0.04 < np.median(share) < 0.1                          # 5-10% of the words are markers
+    assert 0.04 < np.median(share) < 0.1  # 5-10% of the words are markers
     own = counts[np.arange(3000), ds.y_test] / counts.sum(1).clip(1)
-    assert 0.8 < own.mean() < 0.9                                 # 0.9 purity, less the 5% wrong labels
+    assert 0.8 < own.mean() < 0.9  # 0.9 purity, less the 5% wrong labels
     vote = (counts[:, 1] > counts[:, 0]).astype(int)
-    assert 0.92 < (vote == ds.y_test).mean() < 0.97               # the ceiling: counting every marker
+    assert 0.92 < (vote == ds.y_test).mean() < 0.97  # the ceiling: counting every marker
     any_positive = (counts[:, 1] > 0).astype(int)
-    assert (any_positive == ds.y_test).mean() < 0.7               # one word decides little
+    assert (any_positive == ds.y_test).mean() < 0.7  # one word decides little
 
 
 def test_the_legacy_kernel_reads_synthetic_files_the_modern_kernel_wrote(tmp_path):
@@ -441,16 +457,22 @@ def test_the_legacy_kernel_reads_synthetic_files_the_modern_kernel_wrote(tmp_pat
     import subprocess
 
     from scripts import suite
+
     legacy = suite.venv_python("legacy")
     if not legacy.exists():
         pytest.skip(f"{legacy} is not built: run `make test`, which builds both environments")
-    D.write_synthetic_cifar10(tmp_path / "cifar.tar.gz", n_train=50, n_test=20)
-    D.write_synthetic_imdb(tmp_path / "imdb.npz", n_train=30, n_test=20)
-    code = ("import sys, numpy; from support import data as D; "
-            "x = D.read_cifar10(sys.argv[1])[0]; r = D.read_imdb(sys.argv[2])[0]; "
-            "print(numpy.__version__, x.shape, len(r), type(r[0]).__name__)")
-    proc = subprocess.run([str(legacy), "-c", code, str(tmp_path / "cifar.tar.gz"), str(tmp_path / "imdb.npz")],
-                          capture_output=True, text=True)
+    synthetic.write_synthetic_cifar10(tmp_path / "cifar.tar.gz", n_train=50, n_test=20)
+    synthetic.write_synthetic_imdb(tmp_path / "imdb.npz", n_train=30, n_test=20)
+    code = (
+        "import sys, numpy; from support import data as D; "
+        "x = D.read_cifar10(sys.argv[1])[0]; r = D.read_imdb(sys.argv[2])[0]; "
+        "print(numpy.__version__, x.shape, len(r), type(r[0]).__name__)"
+    )
+    proc = subprocess.run(
+        [str(legacy), "-c", code, str(tmp_path / "cifar.tar.gz"), str(tmp_path / "imdb.npz")],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["1.23.5", "(50,", "3,", "32,", "32)", "30", "list"]
 
@@ -464,10 +486,11 @@ def test_unreadable_npz_is_named(tmp_path):
 
 # --- ChestX-ray14 -------------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def xray_root(tmp_path_factory):
     root = tmp_path_factory.mktemp("xray") / "chestxray14"
-    D.write_synthetic_chestxray(root, n_train=24, n_test=10, px=48)
+    synthetic.write_synthetic_chestxray(root, n_train=24, n_test=10, px=48)
     return root
 
 
@@ -494,6 +517,7 @@ def test_chestxray_index_is_split_by_patient(xray_root, no_network):
 
 def test_chestxray_rejects_a_patient_in_both_splits(xray_root, tmp_path):
     import shutil
+
     root = tmp_path / "leaky"
     shutil.copytree(xray_root, root)
     test = (root / "test_list.txt").read_text().split()
@@ -505,6 +529,7 @@ def test_chestxray_rejects_a_patient_in_both_splits(xray_root, tmp_path):
 
 def test_chestxray_unknown_label_names_csv_and_image(xray_root, tmp_path):
     import shutil
+
     root = tmp_path / "typo"
     shutil.copytree(xray_root, root)
     csv_path = root / "Data_Entry_2017.csv"
@@ -537,6 +562,7 @@ def test_chestxray_in_ram_matches_the_file_format():
 
 # --- shared helpers ---------------------------------------------------------------------------
 
+
 def test_minibatches_cover_every_index_once_in_a_seeded_order():
     batches = list(D.minibatches(10, 4, seed=3))
     assert [len(b) for b in batches] == [4, 4, 2]
@@ -567,6 +593,6 @@ def test_scratch_folders_are_per_process_and_the_ended_ones_go(tmp_path, monkeyp
     (stale / "model.keras").write_bytes(b"old")
     mine = files.scratch("gru_imdb", "keras")
     assert mine == tmp_path / "scratch" / "gru_imdb" / "keras" / str(os.getpid()) and mine.is_dir()
-    assert not stale.exists()                             # its process has ended
+    assert not stale.exists()  # its process has ended
     (mine / "model.keras").write_bytes(b"new")
-    assert files.scratch("gru_imdb", "keras") == mine and not any(mine.iterdir())    # emptied for a new start
+    assert files.scratch("gru_imdb", "keras") == mine and not any(mine.iterdir())  # emptied for a new start

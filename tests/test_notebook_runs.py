@@ -22,14 +22,14 @@ support.timing.LEARNING_MARGIN (tests/test_timing.py shows that the rule fails f
 zero or whose optimizer never steps). Accuracy is the benchmark's business (the `cpu` profile's band), not a
 smoke test's.
 """
+
 import json
 import os
+import re
 
 import pytest
 
-import re
-
-from scripts import run_all, suite
+from scripts import run_all, runner_cli, suite
 from support import env, hardware, init, params, parity, precision, records, tasks, timing
 from tests.test_runner import fake_calibrate
 
@@ -42,28 +42,57 @@ BF16 = hardware.Cpu().bf16_by_flags()
 PLANNED_SMOKE = {
     # CNN: every framework's float32 baseline (its parity in float32), every Keras backend, both MXNet APIs;
     # Chainer's numpy has no bfloat16 (on any CPU)
-    "cnn_cifar10__pytorch": "ok", "cnn_cifar10__tensorflow": "ok", "cnn_cifar10__jax": "ok",
-    "cnn_cifar10__keras__tensorflow": "ok", "cnn_cifar10__keras__jax": "ok", "cnn_cifar10__keras__torch": "ok",
-    "cnn_cifar10__mxnet__gluon": "ok", "cnn_cifar10__mxnet__module": "ok",
-    "cnn_cifar10__chainer": "ok", "cnn_cifar10__chainer__bf16": "unsupported",
+    "cnn_cifar10__pytorch": "ok",
+    "cnn_cifar10__tensorflow": "ok",
+    "cnn_cifar10__jax": "ok",
+    "cnn_cifar10__keras__tensorflow": "ok",
+    "cnn_cifar10__keras__jax": "ok",
+    "cnn_cifar10__keras__torch": "ok",
+    "cnn_cifar10__mxnet__gluon": "ok",
+    "cnn_cifar10__mxnet__module": "ok",
+    "cnn_cifar10__chainer": "ok",
+    "cnn_cifar10__chainer__bf16": "unsupported",
     # GRU: a sweep in each kernel (MXNet's eager too), XLA on TensorFlow; JAX has no eager step
-    "gru_imdb__pytorch__sweep": "ok", "gru_imdb__tensorflow__compiled": "ok", "gru_imdb__keras__tensorflow": "ok",
-    "gru_imdb__keras__jax": "ok", "gru_imdb__keras__torch": "ok", "gru_imdb__jax": "ok",
-    "gru_imdb__jax__eager": "not_applicable", "gru_imdb__mxnet__eager-sweep": "ok", "gru_imdb__chainer": "ok",
+    "gru_imdb__pytorch__sweep": "ok",
+    "gru_imdb__tensorflow__compiled": "ok",
+    "gru_imdb__keras__tensorflow": "ok",
+    "gru_imdb__keras__jax": "ok",
+    "gru_imdb__keras__torch": "ok",
+    "gru_imdb__jax": "ok",
+    "gru_imdb__jax__eager": "not_applicable",
+    "gru_imdb__mxnet__eager-sweep": "ok",
+    "gru_imdb__chainer": "ok",
     # ResNet-50 (PyTorch's baseline is compiled); TF32 is a GPU's
-    **{f"resnet50_features__{line}": "ok" for line in ("pytorch", "tensorflow", "keras__tensorflow", "keras__jax",
-                                                       "keras__torch", "jax", "mxnet", "chainer")},
+    **{
+        f"resnet50_features__{line}": "ok"
+        for line in (
+            "pytorch",
+            "tensorflow",
+            "keras__tensorflow",
+            "keras__jax",
+            "keras__torch",
+            "jax",
+            "mxnet",
+            "chainer",
+        )
+    },
     "resnet50_features__tensorflow__tf32": "unsupported",
     # DenseNet-121: every line once, in one of its two data modes, and each mode on 2 devices in each kernel (the
     # data-parallel idioms of PyTorch through torchrun, TensorFlow, MXNet and Chainer); bf16 in every line that has
     # it (Keras's predict() returns the policy's bfloat16, which scikit-learn's AUC refuses; TensorFlow's on 2
     # devices, MirroredStrategy under the mixed policy)
-    "densenet_chestxray__pytorch__loader-bf16": "ok", "densenet_chestxray__pytorch__ram-2dev": "ok",
-    "densenet_chestxray__tensorflow__loader-bf16-2dev": "ok", "densenet_chestxray__keras__tensorflow-ram-bf16": "ok",
-    "densenet_chestxray__keras__jax-loader-bf16": "ok", "densenet_chestxray__keras__torch-loader-bf16": "ok",
-    "densenet_chestxray__keras__torch-ram-2dev": "unsupported", "densenet_chestxray__jax__ram-bf16": "ok",
-    "densenet_chestxray__mxnet__loader-2dev": "ok", "densenet_chestxray__mxnet__ram-bf16": "ok",
-    "densenet_chestxray__chainer__ram-2dev": "ok", "densenet_chestxray__chainer__loader": "ok",
+    "densenet_chestxray__pytorch__loader-bf16": "ok",
+    "densenet_chestxray__pytorch__ram-2dev": "ok",
+    "densenet_chestxray__tensorflow__loader-bf16-2dev": "ok",
+    "densenet_chestxray__keras__tensorflow-ram-bf16": "ok",
+    "densenet_chestxray__keras__jax-loader-bf16": "ok",
+    "densenet_chestxray__keras__torch-loader-bf16": "ok",
+    "densenet_chestxray__keras__torch-ram-2dev": "unsupported",
+    "densenet_chestxray__jax__ram-bf16": "ok",
+    "densenet_chestxray__mxnet__loader-2dev": "ok",
+    "densenet_chestxray__mxnet__ram-bf16": "ok",
+    "densenet_chestxray__chainer__ram-2dev": "ok",
+    "densenet_chestxray__chainer__loader": "ok",
 }
 
 
@@ -75,47 +104,95 @@ def baseline_of(key: str) -> str:
 def smoke_tier(bf16: bool | None) -> dict:
     """The smoke tier on a CPU that computes bfloat16 (bf16 True) or not: where it does not (or its flags cannot
     say), each folded bf16 run that would go through the notebook is replaced by its baseline."""
-    return {(key if bf16 or status != "ok" or baseline_of(key) == key else baseline_of(key)): status
-            for key, status in PLANNED_SMOKE.items()}
+    return {
+        (key if bf16 or status != "ok" or baseline_of(key) == key else baseline_of(key)): status
+        for key, status in PLANNED_SMOKE.items()
+    }
 
 
 SMOKE = smoke_tier(BF16)
 
 # The second tier: what the smoke tier folded away, and the rest of the matrix that runs on a CPU.
-DENSENET_LINES = ("pytorch", "tensorflow", "keras__tensorflow-", "keras__jax-", "keras__torch-", "jax", "mxnet",
-                  "chainer")
+DENSENET_LINES = (
+    "pytorch",
+    "tensorflow",
+    "keras__tensorflow-",
+    "keras__jax-",
+    "keras__torch-",
+    "jax",
+    "mxnet",
+    "chainer",
+)
 MATRIX = {
-    **{key: "ok" for key in (
-        "cnn_cifar10__pytorch__bf16", "cnn_cifar10__tensorflow__bf16", "cnn_cifar10__jax__bf16",
-        "cnn_cifar10__mxnet__gluon-bf16", "cnn_cifar10__mxnet__module-bf16", "cnn_cifar10__keras__tensorflow-bf16",
-        "cnn_cifar10__keras__jax-bf16", "cnn_cifar10__keras__torch-bf16", "cnn_cifar10__pytorch__compiled", "cnn_cifar10__tensorflow__compiled",
-        "gru_imdb__pytorch", "gru_imdb__pytorch__bf16", "gru_imdb__tensorflow", "gru_imdb__tensorflow__bf16",
-        "gru_imdb__mxnet", "gru_imdb__mxnet__sweep", "gru_imdb__keras__torch-compiled", "gru_imdb__jax__bf16",
-        "resnet50_features__pytorch__bf16", "resnet50_features__pytorch__eager", "resnet50_features__mxnet__bf16",
-        "resnet50_features__mxnet__eager", "resnet50_features__tensorflow__bf16",
-        "densenet_chestxray__keras__tensorflow-loader-bf16", "densenet_chestxray__keras__jax-ram-bf16",
-        "densenet_chestxray__keras__torch-ram-bf16")},
+    **{
+        key: "ok"
+        for key in (
+            "cnn_cifar10__pytorch__bf16",
+            "cnn_cifar10__tensorflow__bf16",
+            "cnn_cifar10__jax__bf16",
+            "cnn_cifar10__mxnet__gluon-bf16",
+            "cnn_cifar10__mxnet__module-bf16",
+            "cnn_cifar10__keras__tensorflow-bf16",
+            "cnn_cifar10__keras__jax-bf16",
+            "cnn_cifar10__keras__torch-bf16",
+            "cnn_cifar10__pytorch__compiled",
+            "cnn_cifar10__tensorflow__compiled",
+            "gru_imdb__pytorch",
+            "gru_imdb__pytorch__bf16",
+            "gru_imdb__tensorflow",
+            "gru_imdb__tensorflow__bf16",
+            "gru_imdb__mxnet",
+            "gru_imdb__mxnet__sweep",
+            "gru_imdb__keras__torch-compiled",
+            "gru_imdb__jax__bf16",
+            "resnet50_features__pytorch__bf16",
+            "resnet50_features__pytorch__eager",
+            "resnet50_features__mxnet__bf16",
+            "resnet50_features__mxnet__eager",
+            "resnet50_features__tensorflow__bf16",
+            "densenet_chestxray__keras__tensorflow-loader-bf16",
+            "densenet_chestxray__keras__jax-ram-bf16",
+            "densenet_chestxray__keras__torch-ram-bf16",
+        )
+    },
     # every DenseNet-121 line in both modes, on 1 and on 2 devices (Keras on torch has no data parallelism)
-    **{key: "unsupported" if key.startswith("densenet_chestxray__keras__torch") and key.endswith("2dev") else "ok"
-       for line in DENSENET_LINES for mode in ("loader", "ram") for devices in ("", "-2dev")
-       for key in [f"densenet_chestxray__{line}{'' if line.endswith('-') else '__'}{mode}{devices}"]
-       if key not in PLANNED_SMOKE},
+    **{
+        key: "unsupported" if key.startswith("densenet_chestxray__keras__torch") and key.endswith("2dev") else "ok"
+        for line in DENSENET_LINES
+        for mode in ("loader", "ram")
+        for devices in ("", "-2dev")
+        for key in [f"densenet_chestxray__{line}{'' if line.endswith('-') else '__'}{mode}{devices}"]
+        if key not in PLANNED_SMOKE
+    },
     "gru_imdb__chainer__bf16": "unsupported",
 }
 # what the smoke tier runs in their place on a CPU without bfloat16 runs there, not twice; the bf16 runs it folded
 # then run here, where they stop as unsupported
-MATRIX = {**{key: status for key, status in MATRIX.items() if key not in SMOKE},
-          **{key: status for key, status in PLANNED_SMOKE.items() if key not in SMOKE}}
+MATRIX = {
+    **{key: status for key, status in MATRIX.items() if key not in SMOKE},
+    **{key: status for key, status in PLANNED_SMOKE.items() if key not in SMOKE},
+}
 # Why a combination cannot run here: (key, the words its record must give).
-REASONS = {"cnn_cifar10__chainer__bf16": "data type 'bfloat16' not understood",
-           "gru_imdb__chainer__bf16": "data type 'bfloat16' not understood",
-           "gru_imdb__jax__eager": "JAX compiles every step by construction",
-           "resnet50_features__tensorflow__tf32": "a CPU has no TF32 arithmetic",
-           "densenet_chestxray__keras__torch-ram-2dev": "torch backend",
-           "densenet_chestxray__keras__torch-loader-2dev": "torch backend"}
-NO_BF16 = "has no bfloat16 arithmetic"       # the CPU's line (support.hardware) where a bf16 run stops
+REASONS = {
+    "cnn_cifar10__chainer__bf16": "data type 'bfloat16' not understood",
+    "gru_imdb__chainer__bf16": "data type 'bfloat16' not understood",
+    "gru_imdb__jax__eager": "JAX compiles every step by construction",
+    "resnet50_features__tensorflow__tf32": "a CPU has no TF32 arithmetic",
+    "densenet_chestxray__keras__torch-ram-2dev": "torch backend",
+    "densenet_chestxray__keras__torch-loader-2dev": "torch backend",
+}
+NO_BF16 = "has no bfloat16 arithmetic"  # the CPU's line (support.hardware) where a bf16 run stops
 # The matrix that plans every key above: the runner plans these, --only picks the tier's keys.
-MATRIX_ARGS = ["--precision", "fp32,bf16,tf32", "--compilation", "auto,on,off", "--devices", "1,2", "--batch-size", "2,max"]
+MATRIX_ARGS = [
+    "--precision",
+    "fp32,bf16,tf32",
+    "--compilation",
+    "auto,on,off",
+    "--devices",
+    "1,2",
+    "--batch-size",
+    "2,max",
+]
 TIERS = {"smoke": SMOKE, "matrix": MATRIX}
 
 # ONNX: (task, framework, Keras backend) -> the text of the error that keeps its exported graph from running in
@@ -124,22 +201,28 @@ TIERS = {"smoke": SMOKE, "matrix": MATRIX}
 # jax2onnx 0.13.0's remove_redundant_transpose_pairs_ir drops the NCHW-to-NHWC transpose after a batch norm that
 # feeds a residual addition, so ResNet-50's graph adds an NCHW tensor to an NHWC one
 JAX2ONNX_RESIDUAL = "[ShapeInferenceError] Incompatible dimensions"
-JAX2ONNX_POOL = "MaxPool node"                     # MaxPooling2D as a 4-D MaxPool that ONNX Runtime rejects
+JAX2ONNX_POOL = "MaxPool node"  # MaxPooling2D as a 4-D MaxPool that ONNX Runtime rejects
 ONNX_UNAVAILABLE = {
     ("resnet50_features", "jax", ""): JAX2ONNX_RESIDUAL,
-    ("cnn_cifar10", "keras", "jax"): JAX2ONNX_POOL, ("resnet50_features", "keras", "jax"): JAX2ONNX_POOL,
+    ("cnn_cifar10", "keras", "jax"): JAX2ONNX_POOL,
+    ("resnet50_features", "keras", "jax"): JAX2ONNX_POOL,
     ("densenet_chestxray", "keras", "jax"): JAX2ONNX_POOL,
-    ("gru_imdb", "chainer", ""): "KeyError: 'Permutate'",   # onnx-chainer 1.3.2 cannot convert L.NStepGRU's functions
+    ("gru_imdb", "chainer", ""): "KeyError: 'Permutate'",  # onnx-chainer 1.3.2 cannot convert L.NStepGRU's functions
 }
 # The exported graph of a bf16 run that computes in bfloat16 (the framework exports its mixed-precision graph, where
 # PyTorch and MXNet export the float32 model): ONNX Runtime's CPU kernels take no bfloat16 convolution.
 BF16_GRAPH = "Type 'tensor(bfloat16)' of input parameter"
 JAX2ONNX_BF16_POOL = "reduce_window_max currently supports floating operand dtypes only, got bfloat16"
 ONNX_UNAVAILABLE_BF16 = {
-    **{(task, "tensorflow", ""): BF16_GRAPH for task in ("cnn_cifar10", "gru_imdb", "resnet50_features",
-                                                          "densenet_chestxray")},
-    **{(task, "keras", backend): BF16_GRAPH for task in ("cnn_cifar10", "densenet_chestxray")
-       for backend in ("tensorflow", "torch")},
+    **{
+        (task, "tensorflow", ""): BF16_GRAPH
+        for task in ("cnn_cifar10", "gru_imdb", "resnet50_features", "densenet_chestxray")
+    },
+    **{
+        (task, "keras", backend): BF16_GRAPH
+        for task in ("cnn_cifar10", "densenet_chestxray")
+        for backend in ("tensorflow", "torch")
+    },
     **{(task, "keras", "jax"): JAX2ONNX_BF16_POOL for task in ("cnn_cifar10", "densenet_chestxray")},
     ("cnn_cifar10", "jax", ""): "NOT_IMPLEMENTED : Could not find an implementation for Conv",
     ("resnet50_features", "jax", ""): JAX2ONNX_RESIDUAL,
@@ -150,20 +233,20 @@ N_PARAMETERS = {task: parity.n_parameters(task) for task in parity.TASKS} | {"de
 
 
 def two_devices():
-    return 2, "the tiers' 2 devices"      # whatever this machine has: one GPU or core shares itself
+    return 2, "the tiers' 2 devices"  # whatever this machine has: one GPU or core shares itself
 
 
 def planned(keys) -> dict:
     """{key: the runner's Job} for the tier's keys, as the runner plans them (a key it cannot plan fails here)."""
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(run_all, "machine_devices", two_devices)
+        patch.setattr(runner_cli, "machine_devices", two_devices)
         jobs = {job.key: job for job in run_all.plan(run_all.parse_args(["--profile", "tiny", *MATRIX_ARGS]))}
     missing = sorted(set(keys) - set(jobs))
     assert not missing, f"the runner plans no such run: {missing}"
     return {key: jobs[key] for key in keys}
 
 
-JOBS = planned(list(dict.fromkeys([*PLANNED_SMOKE, *smoke_tier(False), *MATRIX])))   # the tiers on any CPU
+JOBS = planned(list(dict.fromkeys([*PLANNED_SMOKE, *smoke_tier(False), *MATRIX])))  # the tiers on any CPU
 
 
 def gpus() -> int:
@@ -175,12 +258,28 @@ def run_tier(results, keys) -> tuple:
     tests of its own). The 2-device runs want 2 devices: on a machine with one GPU they run on CPU devices."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(run_all, "calibrate", fake_calibrate)
-        patch.setattr(run_all, "machine_devices", two_devices)
+        patch.setattr(runner_cli, "machine_devices", two_devices)
         if gpus() == 1:
             patch.setenv("CUDA_VISIBLE_DEVICES", "")
-        code = run_all.main(["--profile", "tiny", "--parity", "--data", "synthetic", "--jobs", "2",
-                             "--results", str(results), "--machine", "ci", "--no-readme", *MATRIX_ARGS,
-                             "--only", ",".join(keys)])
+        code = run_all.main(
+            [
+                "--profile",
+                "tiny",
+                "--parity",
+                "--data",
+                "synthetic",
+                "--jobs",
+                "2",
+                "--results",
+                str(results),
+                "--machine",
+                "ci",
+                "--no-readme",
+                *MATRIX_ARGS,
+                "--only",
+                ",".join(keys),
+            ]
+        )
     return results / "ci", code
 
 
@@ -196,8 +295,11 @@ def matrix(tmp_path_factory):
 
 def tier_params(check=lambda key: True):
     """The keys of both tiers as test parameters, the second tier's marked `matrix`."""
-    return [pytest.param(key, marks=[pytest.mark.matrix] if key in MATRIX else [], id=key)
-            for key in (*SMOKE, *MATRIX) if check(key)]
+    return [
+        pytest.param(key, marks=[pytest.mark.matrix] if key in MATRIX else [], id=key)
+        for key in (*SMOKE, *MATRIX)
+        if check(key)
+    ]
 
 
 def record_of(request, key) -> tuple[dict, object]:
@@ -232,6 +334,7 @@ def is_training(key) -> bool:
 
 # --- what every tier's run shows -----------------------------------------------------------------
 
+
 @pytest.mark.parametrize("key", tier_params())
 def test_each_run_ends_as_planned_and_writes_a_valid_record(request, key):
     record, folder = record_of(request, key)
@@ -250,10 +353,10 @@ def test_each_run_ends_as_planned_and_writes_a_valid_record(request, key):
     if job.matrix.get("compilation"):
         assert record["compilation"] == job.matrix["compilation"]
     if record["compilation"] == "on" and record["framework"] == "tensorflow":
-        assert record["compile_s"] > 0                            # XLA's trace and compilation, apart
+        assert record["compile_s"] > 0  # XLA's trace and compilation, apart
     on_gpu = record["environment"].get("device", "cpu") != "cpu"
-    assert (record["memory"]["device_peak_bytes"] is not None) == on_gpu        # an allocator's peak on a GPU only
-    assert record["memory"]["host_peak_bytes"] > 2 ** 20
+    assert (record["memory"]["device_peak_bytes"] is not None) == on_gpu  # an allocator's peak on a GPU only
+    assert record["memory"]["host_peak_bytes"] > 2**20
     assert ("sweep" in record) == bool(job.matrix.get("batch_sizes"))
     if job.task == "resnet50_features":
         assert record["feature_shape"][1] == 2048 and record["timing"]["n"] >= timing.MIN_REPEATS
@@ -274,12 +377,18 @@ def test_each_training_run_fits_the_batch_its_steady_state_trains_on(request, ke
 # Issue 38: every notebook of a task prints the same epoch line and the same evaluation, in the same words.
 EPOCH_LINE = r"epoch (\d+)/(\d+): \d+\.\d\d s, train loss (\d+\.\d{3}|nan), "
 LOG_LINES = {
-    "cnn_cifar10": (EPOCH_LINE + r"test accuracy \d\.\d{4}$",
-                    r"^test accuracy \d\.\d{4} on synthetic data \(chance 0\.10\); per class: \[[\d. ]+\]$"),
-    "gru_imdb": (EPOCH_LINE + r"test accuracy \d\.\d{4}$",
-                 r"^test accuracy \d\.\d{4} on synthetic data \(chance 0\.50\); negative \d\.\d{3}, positive \d\.\d{3}$"),
-    "densenet_chestxray": (EPOCH_LINE + r"mean AUC (\d\.\d{4}|nan)$",
-                           r"^mean AUC (\d\.\d{4}|nan) on synthetic data \(chance 0\.50\)$"),
+    "cnn_cifar10": (
+        EPOCH_LINE + r"test accuracy \d\.\d{4}$",
+        r"^test accuracy \d\.\d{4} on synthetic data \(chance 0\.10\); per class: \[[\d. ]+\]$",
+    ),
+    "gru_imdb": (
+        EPOCH_LINE + r"test accuracy \d\.\d{4}$",
+        r"^test accuracy \d\.\d{4} on synthetic data \(chance 0\.50\); negative \d\.\d{3}, positive \d\.\d{3}$",
+    ),
+    "densenet_chestxray": (
+        EPOCH_LINE + r"mean AUC (\d\.\d{4}|nan)$",
+        r"^mean AUC (\d\.\d{4}|nan) on synthetic data \(chance 0\.50\)$",
+    ),
 }
 
 
@@ -289,15 +398,25 @@ def test_each_training_notebook_prints_its_tasks_epoch_line_and_evaluation_and_c
 
     record, folder = record_of(request, key)
     nb = nbformat.read(folder / record["executed_notebook"], as_version=4)
-    printed = [line.rstrip() for cell in nb.cells if cell.cell_type == "code" for out in cell.get("outputs", [])
-               if out.get("name") == "stdout" for line in out.get("text", "").splitlines()]
+    printed = [
+        line.rstrip()
+        for cell in nb.cells
+        if cell.cell_type == "code"
+        for out in cell.get("outputs", [])
+        if out.get("name") == "stdout"
+        for line in out.get("text", "").splitlines()
+    ]
     epoch, evaluation = LOG_LINES[record["task"]]
     epochs = [re.search(epoch, line) for line in printed]
-    assert [(int(m[1]), int(m[2])) for m in epochs if m] == [(e, record["params"]["epochs"])
-                                                            for e in range(1, record["params"]["epochs"] + 1)], printed
+    assert [(int(m[1]), int(m[2])) for m in epochs if m] == [
+        (e, record["params"]["epochs"]) for e in range(1, record["params"]["epochs"] + 1)
+    ], printed
     assert any(re.search(evaluation, line) for line in printed), printed
-    named = {"learning_rate": record["params"]["lr"], "batch_size": record["params"]["batch_size"],
-             "epochs": record["params"]["epochs"]}
+    named = {
+        "learning_rate": record["params"]["lr"],
+        "batch_size": record["params"]["batch_size"],
+        "epochs": record["params"]["epochs"],
+    }
     assert {k: record["hyperparameters"].get(k) for k in named} == named
 
 
@@ -334,7 +453,8 @@ def test_the_exported_onnx_graph_computes_the_same_in_onnx_runtime(request, key)
     if known:
         assert known in record["onnx"].get("unavailable", ""), (
             f"{job.title} now exports ({record['onnx']}): drop its entry from ONNX_UNAVAILABLE(_BF16) and "
-            "docs/save-load-onnx.md")
+            "docs/save-load-onnx.md"
+        )
         pytest.xfail(f"{job.title}: {record['onnx']['unavailable']}")
     assert "unavailable" not in record["onnx"], f"{job.title}: {record['onnx']['unavailable']}"
     assert record["onnx"]["tolerance"] == precision.TOLERANCE[record["precision"]]
@@ -348,7 +468,8 @@ def test_parity_step_matches_the_numpy_reference(request, key):
     tolerance = precision.TOLERANCE[record["precision"]]
     assert record["parity"]["tolerance"] == tolerance and record["parity"]["max_rel_error"] < tolerance, (
         f"{JOBS[key].title}: outputs deviate from the numpy reference by {record['parity']['max_rel_error']:.1e} "
-        f"of their scale (tolerance {tolerance:g})")
+        f"of their scale (tolerance {tolerance:g})"
+    )
 
 
 @pytest.mark.parametrize("key", tier_params(ran))
@@ -356,7 +477,8 @@ def test_every_model_counts_pytorchs_parameters(request, key):
     record, _ = record_of(request, key)
     assert record["n_parameters"] == N_PARAMETERS[record["task"]], (
         f"{JOBS[key].title} counts {record['n_parameters']:,} trainable parameters, PyTorch "
-        f"{N_PARAMETERS[record['task']]:,}")
+        f"{N_PARAMETERS[record['task']]:,}"
+    )
 
 
 @pytest.mark.parametrize("key", tier_params(lambda key: ran(key) and "sweep" in JOBS[key].variant))
@@ -369,12 +491,15 @@ def test_the_sweep_doubles_from_the_smallest_size_and_says_where_it_stopped(requ
 
 
 # Data parallelism: framework (and Keras backend) -> how its replicas normalise a batch
-BATCH_NORM = {("pytorch", ""): "per-device",        # DistributedDataParallel: each process its own batch statistics
-              ("tensorflow", ""): "per-device",     # MirroredStrategy: each replica its own
-              ("keras", "tensorflow"): "per-device", ("keras", "jax"): "global",
-              ("jax", ""): "global",                # one program over the sharded global batch
-              ("mxnet", ""): "per-device",          # split_and_load: each context its own
-              ("chainer", ""): "per-device"}        # ParallelUpdater: each device's copy of the model its own
+BATCH_NORM = {
+    ("pytorch", ""): "per-device",  # DistributedDataParallel: each process its own batch statistics
+    ("tensorflow", ""): "per-device",  # MirroredStrategy: each replica its own
+    ("keras", "tensorflow"): "per-device",
+    ("keras", "jax"): "global",
+    ("jax", ""): "global",  # one program over the sharded global batch
+    ("mxnet", ""): "per-device",  # split_and_load: each context its own
+    ("chainer", ""): "per-device",
+}  # ParallelUpdater: each device's copy of the model its own
 
 
 @pytest.mark.parametrize("key", tier_params(lambda key: ran(key) and JOBS[key].matrix.get("devices")))
@@ -393,8 +518,13 @@ def test_one_step_on_two_devices_equals_one_step_on_one(request, key):
 
 
 # the reader links each baseline's executed copy: among the smoke tier's Keras on torch's, the matrix's MXNet Module's
-@pytest.mark.parametrize("tier, executed", [pytest.param("smoke", "executed (torch)</a>"),
-                                             pytest.param("matrix", "executed (module)</a>", marks=pytest.mark.matrix)])
+@pytest.mark.parametrize(
+    "tier, executed",
+    [
+        pytest.param("smoke", "executed (torch)</a>"),
+        pytest.param("matrix", "executed (module)</a>", marks=pytest.mark.matrix),
+    ],
+)
 def test_the_tier_exits_cleanly_and_fills_the_tables_and_the_reader(request, tier, executed):
     folder, code = request.getfixturevalue(tier)
     assert code == 0
@@ -402,11 +532,11 @@ def test_the_tier_exits_cleanly_and_fills_the_tables_and_the_reader(request, tie
     rows = (folder / "results.csv").read_text().splitlines()
     assert len(rows) == 1 + len(keys)
     markdown = (folder / "results.md").read_text()
-    plotted = {JOBS[key].task for key in keys if not JOBS[key].matrix and ran(key)}   # the baselines'
+    plotted = {JOBS[key].task for key in keys if not JOBS[key].matrix and ran(key)}  # the baselines'
     assert plotted and all(f"plots/tiny/{task}.png" in markdown for task in plotted)
     assert "## Variants: VGG-style CNN on CIFAR-10 (profile `tiny`)" in markdown
-    assert "**unsupported**: Chainer computes in numpy arrays" in markdown         # a stop's reason, in the table
-    assert "| tensorflow | compiled | fp32 | yes | ok | not timed |" in markdown   # a variant's row: XLA, untimed
+    assert "**unsupported**: Chainer computes in numpy arrays" in markdown  # a stop's reason, in the table
+    assert "| tensorflow | compiled | fp32 | yes | ok | not timed |" in markdown  # a variant's row: XLA, untimed
     # two at a time shared the machine: their sweeps are timings, so no table shows them (tests/test_variants.py does)
     assert "### Batch size" not in markdown and len((folder / "sweeps.csv").read_text().splitlines()) == 1
     (run,) = (folder / "runs").glob("*.json")
@@ -421,6 +551,7 @@ def test_the_tier_exits_cleanly_and_fills_the_tables_and_the_reader(request, tie
 
 # --- what the smoke tier covers ---------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("bf16", [True, False], ids=["a CPU with bf16", "a CPU without"])
 def test_the_smoke_tier_executes_every_notebook_and_every_notebook_variant_on_any_cpu(bf16):
     """Every notebook file and each of its own variants (a Keras backend, an MXNet API) in at least one execution
@@ -429,30 +560,48 @@ def test_the_smoke_tier_executes_every_notebook_and_every_notebook_variant_on_an
     tier = smoke_tier(bf16)
     through = [JOBS[key] for key, status in tier.items() if status == "ok"]
     assert bf16 or not any(is_bf16(key) for key, status in tier.items() if status == "ok")
-    lines = {(job.task, job.framework, json.dumps({k: v for k, v in job.parameters.items() if k != "mode"}))
-             for job in through}
-    missing = [f"{task}/{framework} {run or ''}".strip()
-               for task in suite.TASKS for framework in suite.FRAMEWORKS
-               for run in suite.variants(task, framework)
-               if suite.notebook_path(task, framework, run).exists()
-               and (task, framework, json.dumps({k: v for k, v in run.items() if k != "mode"})) not in lines]
-    missing += [f"{task} in mode {mode} in kernel {kernel}" for task, t in tasks.TASKS.items() for mode in t.modes
-                for kernel in suite.ENVIRONMENTS
-                if not any(job.task == task and job.parameters.get("mode") == mode and job.environment == kernel
-                           for job in through)]
+    lines = {
+        (job.task, job.framework, json.dumps({k: v for k, v in job.parameters.items() if k != "mode"}))
+        for job in through
+    }
+    missing = [
+        f"{task}/{framework} {run or ''}".strip()
+        for task in suite.TASKS
+        for framework in suite.FRAMEWORKS
+        for run in suite.variants(task, framework)
+        if suite.notebook_path(task, framework, run).exists()
+        and (task, framework, json.dumps({k: v for k, v in run.items() if k != "mode"})) not in lines
+    ]
+    missing += [
+        f"{task} in mode {mode} in kernel {kernel}"
+        for task, t in tasks.TASKS.items()
+        for mode in t.modes
+        for kernel in suite.ENVIRONMENTS
+        if not any(
+            job.task == task and job.parameters.get("mode") == mode and job.environment == kernel for job in through
+        )
+    ]
     assert not missing, f"no smoke execution covers: {', '.join(missing)}"
     assert {(job.task, job.notebook.stem) for job in through} == {
-        (path.parent.name, path.stem) for path in suite.NOTEBOOKS.glob("*/*.ipynb")}
+        (path.parent.name, path.stem) for path in suite.NOTEBOOKS.glob("*/*.ipynb")
+    }
 
 
 @pytest.mark.parametrize("bf16", [True, False], ids=["a CPU with bf16", "a CPU without"])
 def test_the_smoke_tier_checks_parity_in_float32_for_every_framework_and_task(bf16):
     """Parity is the model's property, not the precision's: every framework's CNN, GRU and ResNet-50 run the parity
     step in float32 in the smoke tier, on any CPU (bf16 is folded into DenseNet-121, which has none)."""
-    float32 = {(JOBS[key].task, JOBS[key].framework) for key, status in smoke_tier(bf16).items()
-               if status == "ok" and JOBS[key].matrix.get("precision", "fp32") == "fp32"}
-    missing = [f"{task}/{framework}" for task in parity.TASKS for framework in suite.FRAMEWORKS
-               if suite.notebook_path(task, framework).exists() and (task, framework) not in float32]
+    float32 = {
+        (JOBS[key].task, JOBS[key].framework)
+        for key, status in smoke_tier(bf16).items()
+        if status == "ok" and JOBS[key].matrix.get("precision", "fp32") == "fp32"
+    }
+    missing = [
+        f"{task}/{framework}"
+        for task in parity.TASKS
+        for framework in suite.FRAMEWORKS
+        if suite.notebook_path(task, framework).exists() and (task, framework) not in float32
+    ]
     assert not missing, f"no float32 parity in the smoke tier for: {', '.join(missing)}"
 
 
@@ -461,34 +610,47 @@ def test_the_smoke_tier_runs_each_mechanism_in_each_kernel_once_and_repeats_noth
     found = [json.loads((folder / "records" / "tiny" / f"{key}.json").read_text()) for key in SMOKE]
     for kernel in suite.ENVIRONMENTS:
         ok = [r for r in found if r["status"] == "ok" and suite.FRAMEWORKS[r["framework"]] == kernel]
-        mechanisms = {"bf16": any(r["precision"] == "bf16" for r in ok) or not BF16,     # where the CPU has it
-                      "compiled": any(r["compilation"] == "on" for r in ok),
-                      "eager": any(r["compilation"] == "off" for r in ok),
-                      "a sweep": any("sweep" in r for r in ok),
-                      "2 devices, loader": any(r.get("devices") == 2 and "loader" in r["variant"] for r in ok),
-                      "2 devices, ram": any(r.get("devices") == 2 and "ram" in r["variant"] for r in ok),
-                      "a combination it cannot run": any(r["status"] in precision.STATUSES for r in found
-                                                         if suite.FRAMEWORKS[r["framework"]] == kernel)}
+        mechanisms = {
+            "bf16": any(r["precision"] == "bf16" for r in ok) or not BF16,  # where the CPU has it
+            "compiled": any(r["compilation"] == "on" for r in ok),
+            "eager": any(r["compilation"] == "off" for r in ok),
+            "a sweep": any("sweep" in r for r in ok),
+            "2 devices, loader": any(r.get("devices") == 2 and "loader" in r["variant"] for r in ok),
+            "2 devices, ram": any(r.get("devices") == 2 and "ram" in r["variant"] for r in ok),
+            "a combination it cannot run": any(
+                r["status"] in precision.STATUSES for r in found if suite.FRAMEWORKS[r["framework"]] == kernel
+            ),
+        }
         assert all(mechanisms.values()), f"kernel {kernel} runs no: {[m for m, v in mechanisms.items() if not v]}"
-    runs = [(JOBS[key].task, JOBS[key].framework, json.dumps({**JOBS[key].parameters, **JOBS[key].matrix}))
-            for key in SMOKE]
+    runs = [
+        (JOBS[key].task, JOBS[key].framework, json.dumps({**JOBS[key].parameters, **JOBS[key].matrix})) for key in SMOKE
+    ]
     assert len(set(runs)) == len(runs) and not set(SMOKE) & set(MATRIX)
 
 
-def test_pytorch_on_several_devices_in_one_process_stops_in_one_line_saying_how_to_start_the_ranks(tmp_path, monkeypatch):
+def test_pytorch_on_several_devices_in_one_process_stops_in_one_line_saying_how_to_start_the_ranks(
+    tmp_path, monkeypatch
+):
     """The notebook in Jupyter (no torchrun) with devices=2: a ValueError before any data or model, naming the fix."""
     import papermill
 
-    monkeypatch.delenv("TORCHELASTIC_RUN_ID", raising=False)      # whatever launched these tests
+    monkeypatch.delenv("TORCHELASTIC_RUN_ID", raising=False)  # whatever launched these tests
     notebook = suite.notebook_path("densenet_chestxray", "pytorch")
     with pytest.raises(papermill.PapermillExecutionError) as stop:
-        papermill.execute_notebook(str(notebook), str(tmp_path / "out.ipynb"), kernel_name=suite.kernel_name("modern"),
-                                   parameters={"profile": "tiny", "data": "synthetic", "devices": 2},
-                                   cwd=str(notebook.parent), progress_bar=False)
+        papermill.execute_notebook(
+            str(notebook),
+            str(tmp_path / "out.ipynb"),
+            kernel_name=suite.kernel_name("modern"),
+            parameters={"profile": "tiny", "data": "synthetic", "devices": 2},
+            cwd=str(notebook.parent),
+            progress_bar=False,
+        )
     assert stop.value.ename == "ValueError"
-    assert stop.value.evalue == ("devices=2 trains on 2 devices, one process each, but 1 was started: start them with "
-                                 "torchrun, as `make run ARGS=\"--task densenet_chestxray --framework pytorch --devices "
-                                 "2\"` does")
+    assert stop.value.evalue == (
+        "devices=2 trains on 2 devices, one process each, but 1 was started: start them with "
+        'torchrun, as `make run ARGS="--task densenet_chestxray --framework pytorch --devices '
+        '2"` does'
+    )
 
 
 def test_under_the_avx2_caps_real_bf16_notebooks_stop_unsupported_with_the_cpus_line(tmp_path, monkeypatch):
@@ -497,12 +659,29 @@ def test_under_the_avx2_caps_real_bf16_notebooks_stop_unsupported_with_the_cpus_
     (DLROSETTA_CPU_ISA); PyTorch's and MXNet's real bf16 CNNs then stop before training, unsupported, with the line
     naming the ISA (MXNet's used to fail in its first convolution), and the results go to a folder of their own."""
     for variable, value in hardware.caps("avx2").items():
-        monkeypatch.setenv(variable, os.environ.get(variable, value))     # restored after the test
+        monkeypatch.setenv(variable, os.environ.get(variable, value))  # restored after the test
     monkeypatch.setattr(run_all, "calibrate", fake_calibrate)
     keys = ["cnn_cifar10__pytorch__bf16", "cnn_cifar10__mxnet__gluon-bf16"]
-    code = run_all.main(["--profile", "tiny", "--data", "synthetic", "--jobs", "2", "--results", str(tmp_path),
-                         "--no-readme", "--no-site", "--cpu-isa", "avx2", "--precision", "bf16",
-                         "--only", ",".join(keys)])
+    code = run_all.main(
+        [
+            "--profile",
+            "tiny",
+            "--data",
+            "synthetic",
+            "--jobs",
+            "2",
+            "--results",
+            str(tmp_path),
+            "--no-readme",
+            "--no-site",
+            "--cpu-isa",
+            "avx2",
+            "--precision",
+            "bf16",
+            "--only",
+            ",".join(keys),
+        ]
+    )
     assert code == 0
     capped = hardware.Cpu()
     folder = tmp_path / env.machine_name()
