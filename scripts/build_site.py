@@ -23,6 +23,7 @@ its place on the task page. A notebook that lacks a concept another notebook of 
 a tag outside `CONCEPTS`, stops the build with an error naming the notebook: where a framework does
 a step implicitly or not at all, its notebook tags the markdown cell that says so.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,15 +34,15 @@ from pathlib import Path
 from urllib.parse import quote
 
 from scripts import report, suite
-from scripts.results import Identity, Layout
 from scripts.report.readme import headline_profile
 from scripts.report.rows import TASK_TITLES, baseline
 from scripts.report.tables import provenance, results_table
 from scripts.report.text import spans
+from scripts.results import Identity, Layout
 from support.files import atomic_write
 
 TEMPLATES = Path(__file__).resolve().parent / "site_templates"
-INTRODUCTION = "Introduction"       # the row for the cells above a notebook's first `## ` heading
+INTRODUCTION = "Introduction"  # the row for the cells above a notebook's first `## ` heading
 CONCEPT_TAG = "concept:"
 # The concordance's rows, in order: tag suffix -> what a learner looks up. Each concept lives in one place, the
 # same in every notebook of a task (docs/contributing.md has the map): its first tagged cell stands under the same
@@ -106,6 +107,7 @@ class Renderer:
 
     def code(self, source: str) -> str:
         from pygments import highlight
+
         return highlight(source, self.lexer, self.formatter)
 
     def css(self) -> str:
@@ -124,10 +126,12 @@ def concepts(path: Path, cell) -> list[str]:
     for tag in cell.metadata.get("tags", []):
         if not tag.startswith(CONCEPT_TAG):
             continue
-        if tag[len(CONCEPT_TAG):] not in CONCEPTS:
-            raise ValueError(f"{suite.shown(path)}: cell {cell.get('id')!r} has the tag {tag!r}, which is no concept; "
-                             f"the concepts are {', '.join(CONCEPT_TAG + c for c in CONCEPTS)}")
-        found.append(tag[len(CONCEPT_TAG):])
+        if tag[len(CONCEPT_TAG) :] not in CONCEPTS:
+            raise ValueError(
+                f"{suite.shown(path)}: cell {cell.get('id')!r} has the tag {tag!r}, which is no concept; "
+                f"the concepts are {', '.join(CONCEPT_TAG + c for c in CONCEPTS)}"
+            )
+        found.append(tag[len(CONCEPT_TAG) :])
     return found
 
 
@@ -145,19 +149,34 @@ def sections(path: Path, render: Renderer) -> dict[str, list[dict]]:
         if cell.cell_type == "code":
             if cell.source.strip():
                 tag = "parameters" if "parameters" in cell.metadata.get("tags", []) else ""
-                found.setdefault(current, []).append({"kind": "code", "html": render.code(cell.source), "tag": tag,
-                                                      "anchor": anchor, "concepts": tagged, "position": position})
+                found.setdefault(current, []).append(
+                    {
+                        "kind": "code",
+                        "html": render.code(cell.source),
+                        "tag": tag,
+                        "anchor": anchor,
+                        "concepts": tagged,
+                        "position": position,
+                    }
+                )
             continue
         if cell.cell_type != "markdown":
             continue
         text: list[str] = []
-        for line in cell.source.splitlines() + ["## "]:      # a sentinel heading flushes the last lines
+        for line in cell.source.splitlines() + ["## "]:  # a sentinel heading flushes the last lines
             if not line.startswith("## "):
                 text.append(line)
                 continue
             if "\n".join(text).strip():
-                found.setdefault(current, []).append({"kind": "markdown", "html": render.markdown("\n".join(text)),
-                                                      "anchor": anchor, "concepts": tagged, "position": position})
+                found.setdefault(current, []).append(
+                    {
+                        "kind": "markdown",
+                        "html": render.markdown("\n".join(text)),
+                        "anchor": anchor,
+                        "concepts": tagged,
+                        "position": position,
+                    }
+                )
                 anchor, tagged = "", []
             text = []
             if line.strip() != "##":
@@ -181,14 +200,22 @@ def concordance(page: dict, notebooks: Path) -> dict:
         for concept in tagged:
             if concept not in cells[f]:
                 others = ", ".join(f"{g}.ipynb" for g in frameworks if concept in cells[g])
-                raise ValueError(f"{suite.shown(notebooks / task / f'{f}.ipynb')} has no cell tagged "
-                                 f"'{CONCEPT_TAG}{concept}' ({CONCEPTS[concept]}), which {others} tag; tag the cell "
-                                 "that does it, or the markdown cell that says why this framework needs none")
-    check_places(task, {f: {c: (cells[f][c][0]["section"], cells[f][c][0]["position"]) for c in tagged}
-                        for f in frameworks}, notebooks)
-    return {"task": task, "title": page["title"], "id": f"t-{task}",
-            "rows": [{"concept": c, "title": CONCEPTS[c], "cells": {f: cells[f][c] for f in frameworks}}
-                     for c in tagged]}
+                raise ValueError(
+                    f"{suite.shown(notebooks / task / f'{f}.ipynb')} has no cell tagged "
+                    f"'{CONCEPT_TAG}{concept}' ({CONCEPTS[concept]}), which {others} tag; tag the cell "
+                    "that does it, or the markdown cell that says why this framework needs none"
+                )
+    check_places(
+        task,
+        {f: {c: (cells[f][c][0]["section"], cells[f][c][0]["position"]) for c in tagged} for f in frameworks},
+        notebooks,
+    )
+    return {
+        "task": task,
+        "title": page["title"],
+        "id": f"t-{task}",
+        "rows": [{"concept": c, "title": CONCEPTS[c], "cells": {f: cells[f][c] for f in frameworks}} for c in tagged],
+    }
 
 
 def check_places(task: str, places: dict[str, dict[str, tuple[str, int]]], notebooks: Path) -> None:
@@ -203,9 +230,11 @@ def check_places(task: str, places: dict[str, dict[str, tuple[str, int]]], noteb
         for concept, (section, _) in places[f].items():
             theirs = places[reference][concept][0]
             if section != theirs:
-                raise ValueError(f"{shown[f]}: '{CONCEPT_TAG}{concept}' ({CONCEPTS[concept]}) first stands under "
-                                 f"'## {section}', where {reference}.ipynb has it under '## {theirs}'; every notebook "
-                                 "of a task keeps each concept in one place (docs/contributing.md: the concept map)")
+                raise ValueError(
+                    f"{shown[f]}: '{CONCEPT_TAG}{concept}' ({CONCEPTS[concept]}) first stands under "
+                    f"'## {section}', where {reference}.ipynb has it under '## {theirs}'; every notebook "
+                    "of a task keeps each concept in one place (docs/contributing.md: the concept map)"
+                )
     ordered = [c for c in places[reference] if c not in UNORDERED]
     for witness in frameworks:
         at = places[witness]
@@ -218,7 +247,8 @@ def check_places(task: str, places: dict[str, dict[str, tuple[str, int]]], noteb
                         raise ValueError(
                             f"{shown[f]}: '{CONCEPT_TAG}{b}' ({CONCEPTS[b]}) comes before '{CONCEPT_TAG}{a}' "
                             f"({CONCEPTS[a]}), where {witness}.ipynb has it after; every notebook of a task keeps "
-                            "its concepts in one order (docs/contributing.md: the concept map)")
+                            "its concepts in one order (docs/contributing.md: the concept map)"
+                        )
 
 
 def latest_profile(rows: list[dict]) -> str | None:
@@ -236,24 +266,45 @@ def runs(task: str, stem: str, task_rows: list[dict], machine_dir: Path, out_dir
         variant = run.line
         r = found.get(run) or {"status": "not run", "error": None, "executed_notebook": None}
         executed = machine_dir / r["executed_notebook"] if r["executed_notebook"] else None
-        out.append({"variant": variant, "status": r["status"], "error": r["error"] or "",
-                    "executed": href(executed, out_dir) if executed and executed.exists() else None})
+        out.append(
+            {
+                "variant": variant,
+                "status": r["status"],
+                "error": r["error"] or "",
+                "executed": href(executed, out_dir) if executed and executed.exists() else None,
+            }
+        )
     return out
 
 
-def task_page(task: str, notebooks: Path, rows: list[dict], profile: str | None, machine_dir: Path, out_dir: Path,
-              render: Renderer) -> dict:
+def task_page(
+    task: str,
+    notebooks: Path,
+    rows: list[dict],
+    profile: str | None,
+    machine_dir: Path,
+    out_dir: Path,
+    render: Renderer,
+) -> dict:
     """Everything a task page shows: results, columns (frameworks) and rows (sections)."""
     headings = [h[3:].strip() for h in suite.check_headings(task, notebooks)]
-    frameworks = suite.stems(task, notebooks)     # one column per notebook (MXNet's Module API has its own)
+    frameworks = suite.stems(task, notebooks)  # one column per notebook (MXNet's Module API has its own)
     cells = {f: sections(notebooks / task / f"{f}.ipynb", render) for f in frameworks}
     titles = ([INTRODUCTION] if any(INTRODUCTION in c for c in cells.values()) else []) + headings
     task_rows = baseline([r for r in rows if r["task"] == task and r["profile"] == profile])
     plot = Layout(machine_dir).plots(str(profile)) / f"{task}.png"
     return {
-        "task": task, "title": TASK_TITLES.get(task, task),
-        "columns": [{"framework": f, "label": label(f), "notebook": href(notebooks / task / f"{f}.ipynb", out_dir),
-                     "runs": runs(task, f, task_rows, machine_dir, out_dir)} for f in frameworks],
+        "task": task,
+        "title": TASK_TITLES.get(task, task),
+        "columns": [
+            {
+                "framework": f,
+                "label": label(f),
+                "notebook": href(notebooks / task / f"{f}.ipynb", out_dir),
+                "runs": runs(task, f, task_rows, machine_dir, out_dir),
+            }
+            for f in frameworks
+        ],
         "default": ",".join(frameworks[:2]),
         "rows": [{"title": t, "id": slug(t), "cells": {f: cells[f].get(t, []) for f in frameworks}} for t in titles],
         "provenance": provenance(task_rows, machine_dir.name) if task_rows else "",
@@ -292,37 +343,60 @@ def check(notebooks: Path = suite.NOTEBOOKS) -> list[str]:
     return errors
 
 
-def build(machine_dir: Path, out_dir: Path | None = None, profile: str | None = None,
-          notebooks: Path = suite.NOTEBOOKS, rows: list[dict] | None = None) -> Path:
+def build(
+    machine_dir: Path,
+    out_dir: Path | None = None,
+    profile: str | None = None,
+    notebooks: Path = suite.NOTEBOOKS,
+    rows: list[dict] | None = None,
+) -> Path:
     """Write the site for one machine's results (default: <machine_dir>/site); return its index.html."""
     import jinja2
 
     machine_dir = Path(machine_dir)
     out_dir = Path(out_dir or Layout(machine_dir).site)
-    if rows is None:                    # the runner passes the rows report.build has just loaded
+    if rows is None:  # the runner passes the rows report.build has just loaded
         rows = report.load_rows(machine_dir) if (machine_dir / "records").is_dir() else []
     profile = profile or latest_profile(rows)
     render = Renderer()
     tasks = [t for t in suite.TASKS if any((notebooks / t).glob("*.ipynb"))]
     pages = {t: task_page(t, notebooks, rows, profile, machine_dir, out_dir, render) for t in tasks}
-    tables = [concordance(pages[t], notebooks) for t in tasks]      # checked before anything is written
+    tables = [concordance(pages[t], notebooks) for t in tasks]  # checked before anything is written
     frameworks = list(dict.fromkeys(stem for t in tasks for stem in suite.stems(t, notebooks)))
-    environment = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True,
-                                     undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
-    environment.filters["spans"] = spans          # the report's text, for text.html's macros
+    environment = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(TEMPLATES),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    environment.filters["spans"] = spans  # the report's text, for text.html's macros
     common = {"tasks": [(t, pages[t]["title"]) for t in tasks], "machine": machine_dir.name, "profile": profile}
     out_dir.mkdir(parents=True, exist_ok=True)
     results_md = Layout(machine_dir).markdown
     profile_rows = [r for r in rows if r["profile"] == profile]
-    atomic_write(out_dir / "index.html", environment.get_template("index.html").render(
-        common, matrix=index_matrix(tasks, pages, notebooks), page="index",
-        provenance=provenance(profile_rows, machine_dir.name) if profile_rows else "",
-        results_md=href(results_md, out_dir) if results_md.exists() else None))
+    atomic_write(
+        out_dir / "index.html",
+        environment.get_template("index.html").render(
+            common,
+            matrix=index_matrix(tasks, pages, notebooks),
+            page="index",
+            provenance=provenance(profile_rows, machine_dir.name) if profile_rows else "",
+            results_md=href(results_md, out_dir) if results_md.exists() else None,
+        ),
+    )
     for task, page in pages.items():
         atomic_write(out_dir / f"{task}.html", environment.get_template("task.html").render(common, **page, page=task))
-    atomic_write(out_dir / "concordance.html", environment.get_template("concordance.html").render(
-        common, page="concordance", tables=tables, columns=[{"framework": f, "label": label(f)} for f in frameworks],
-        default=",".join(frameworks[:2])))
+    atomic_write(
+        out_dir / "concordance.html",
+        environment.get_template("concordance.html").render(
+            common,
+            page="concordance",
+            tables=tables,
+            columns=[{"framework": f, "label": label(f)} for f in frameworks],
+            default=",".join(frameworks[:2]),
+        ),
+    )
     css = (TEMPLATES / "site.css").read_text() + f"\n/* Pygments, style '{PYGMENTS_STYLE}' */\n" + render.css() + "\n"
     atomic_write(out_dir / "site.css", css)
     atomic_write(out_dir / "site.js", (TEMPLATES / "site.js").read_bytes())
@@ -339,17 +413,23 @@ def default_machine(results: Path) -> str:
         return here
     if len(found) == 1:
         return found[0]
-    raise SystemExit(f"build_site.py: no results for this machine ({here}) under {results}; "
-                     f"choose one with --machine: {', '.join(found)}")
+    raise SystemExit(
+        f"build_site.py: no results for this machine ({here}) under {results}; "
+        f"choose one with --machine: {', '.join(found)}"
+    )
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 2)[2],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        epilog=__doc__.split("\n\n", 2)[2],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--results", type=Path, default=suite.ROOT / "results", help="results folder (default results/)")
     p.add_argument("--machine", help="results subfolder to read (default: this machine's, else the only one)")
-    p.add_argument("--profile", choices=suite.PROFILES,
-                   help="profile whose results to show (default: the latest run's)")
+    p.add_argument(
+        "--profile", choices=suite.PROFILES, help="profile whose results to show (default: the latest run's)"
+    )
     p.add_argument("--out", type=Path, help="where to write the site (default results/<machine>/site/)")
     p.add_argument("--notebooks", type=Path, default=suite.NOTEBOOKS, help=argparse.SUPPRESS)
     args = p.parse_args(argv)

@@ -19,6 +19,7 @@ as a peak that cannot be measured is (a GPU that fails keeps the CPU's); the flo
     .venvs/modern/bin/python -m scripts.calibrate              # JSON on stdout
     .venvs/modern/bin/python -m scripts.calibrate --cuda       # also the GPU
 """
+
 from __future__ import annotations
 
 import argparse
@@ -26,12 +27,11 @@ import json
 import os
 import sys
 import time
-from pathlib import Path
 
 from support import hardware, timing  # support first: it points caches at .cache/
 
-SIZES = {"cpu": 2048, "cuda": 8192}          # at the BLAS's peak (on the 2-core Zen 5, 2048 runs as fast as 4096)
-BUDGET_S = {"cpu": 1.5, "cuda": 1.0}         # seconds of timed repeats per kernel: the count comes from a first call
+SIZES = {"cpu": 2048, "cuda": 8192}  # at the BLAS's peak (on the 2-core Zen 5, 2048 runs as fast as 4096)
+BUDGET_S = {"cpu": 1.5, "cuda": 1.0}  # seconds of timed repeats per kernel: the count comes from a first call
 
 # What each device is calibrated for: the kinds of support.precision.PEAK_KINDS that device can compute (a CPU
 # has no TF32 and, in these frameworks, no float16 training); a kind the device does not compute at hardware speed
@@ -55,36 +55,44 @@ def _torch_dtype(torch, kind: str):
 
 def _torch_mm(device: str, n: int, kind: str = "float32"):
     import torch
+
     if device == "cuda":
-        set_tf32(torch, kind == "tf32")       # float32 is true float32: the policy every notebook follows
+        set_tf32(torch, kind == "tf32")  # float32 is true float32: the policy every notebook follows
     dtype = _torch_dtype(torch, kind)
     a, b = (torch.randn(n, n, device=device).to(dtype) for _ in range(2))
     sync = torch.cuda.synchronize if device == "cuda" else None
-    blas = ("cuBLAS" + (", TF32" if kind == "tf32" else "") if device == "cuda"
-            else "MKL" if torch.backends.mkl.is_available() else "BLAS")
-    return (lambda: torch.mm(a, b)), sync, f"torch {torch.__version__} ({blas}, {dtype})", 2.0 * n ** 3
+    blas = (
+        "cuBLAS" + (", TF32" if kind == "tf32" else "")
+        if device == "cuda"
+        else "MKL"
+        if torch.backends.mkl.is_available()
+        else "BLAS"
+    )
+    return (lambda: torch.mm(a, b)), sync, f"torch {torch.__version__} ({blas}, {dtype})", 2.0 * n**3
 
 
 def _numpy_mm(device: str, n: int, kind: str = "float32"):
     import numpy as np
+
     if kind != "float32":
         raise ImportError("numpy has no bfloat16")
     rng = np.random.default_rng(0)
     a, b = (rng.standard_normal((n, n), dtype=np.float32) for _ in range(2))
     try:
         blas = np.show_config(mode="dicts")["Build Dependencies"]["blas"]["name"]
-    except Exception:                              # numpy < 1.26 prints its config instead
+    except Exception:  # numpy < 1.26 prints its config instead
         blas = "BLAS"
-    return (lambda: a @ b), None, f"numpy {np.__version__} ({blas})", 2.0 * n ** 3
+    return (lambda: a @ b), None, f"numpy {np.__version__} ({blas})", 2.0 * n**3
 
 
-CONV = (8, 512, 28)        # batch, channels in = out, height = width: a 3x3 convolution of ResNet-50's stage 3
+CONV = (8, 512, 28)  # batch, channels in = out, height = width: a 3x3 convolution of ResNet-50's stage 3
 
 
 def _torch_conv(device: str, n: int, kind: str = "float32"):
     """oneDNN's direct 3x3 convolution, channels-last: on AVX-512 CPUs it outruns every BLAS GEMM (on the
     2-core Zen 5 EPYC, about 510 GFLOP/s against OpenBLAS's 255), and the frameworks' convolutions run on it."""
     import torch
+
     batch, channels, size = CONV
     dtype = _torch_dtype(torch, kind)
     x = torch.randn(batch, channels, size, size).to(dtype).contiguous(memory_format=torch.channels_last)
@@ -93,7 +101,8 @@ def _torch_conv(device: str, n: int, kind: str = "float32"):
     def conv():
         with torch.no_grad():
             torch.nn.functional.conv2d(x, w, padding=1)
-    flop = 2.0 * batch * size ** 2 * channels ** 2 * 9
+
+    flop = 2.0 * batch * size**2 * channels**2 * 9
     return conv, None, f"torch {torch.__version__} (oneDNN 3x3 convolution, {dtype})", flop
 
 
@@ -132,13 +141,24 @@ def timed_kernel(call, sync, flop_per_call: float, *, repeats: int, budget_s: fl
 
     summary = timing.benchmark(repeat, repeats=repeats, warmup=0, sync=sync, unit="repeat")
     flop = flop_per_call * calls
-    return {"calls_per_repeat": calls, "repeats": repeats, "estimate_s": estimate,
-            "gflops": flop / summary["median_s"] / 1e9, "gflops_max": flop / summary["min_s"] / 1e9,
-            "cv": summary["cv"], "laps_s": summary["laps_s"]}
+    return {
+        "calls_per_repeat": calls,
+        "repeats": repeats,
+        "estimate_s": estimate,
+        "gflops": flop / summary["median_s"] / 1e9,
+        "gflops_max": flop / summary["min_s"] / 1e9,
+        "cv": summary["cv"],
+        "laps_s": summary["laps_s"],
+    }
 
 
-def matmul_peak(device: str = "cpu", repeats: int = timing.MIN_REPEATS, n: int | None = None,
-                kind: str = "float32", budget_s: float | None = None) -> dict:
+def matmul_peak(
+    device: str = "cpu",
+    repeats: int = timing.MIN_REPEATS,
+    n: int | None = None,
+    kind: str = "float32",
+    budget_s: float | None = None,
+) -> dict:
     """Median and best GFLOP/s of the fastest kernel of `kind` (float32, tf32, bf16 or fp16) on `device`
     ("cpu" or "cuda"), n x n for a matmul, each kernel within `budget_s` of timed repeats.
 
@@ -157,6 +177,7 @@ def matmul_peak(device: str = "cpu", repeats: int = timing.MIN_REPEATS, n: int |
     finally:
         if device == "cuda":
             import torch
+
             set_tf32(torch, False)
     best = max(results, key=lambda r: r["gflops"])
     return {**best, "libraries": {r["library"]: r["gflops"] for r in results}}
@@ -166,8 +187,9 @@ def not_computed(device: str, kind: str) -> str | None:
     """Why `device` does not compute `kind` at hardware speed (support.hardware, with PyTorch's own answer and
     probe on the CPU), or None: such a kind is not calibrated, so no emulated kernel is ever timed."""
     if kind == "float32":
-        return None                        # the float32 peak never waits on another precision's answer
+        return None  # the float32 peak never waits on another precision's answer
     from support.measure import pytorch
+
     if device == "cuda":
         return hardware.reason(PRECISION_OF[kind], gpu=True, gpu_capability=pytorch.gpu_capability())
     return hardware.reason(PRECISION_OF[kind], gpu=False, own=pytorch.own_bf16, matmul=pytorch.matmul)
@@ -190,11 +212,17 @@ def measure(cuda: bool = False, devices: dict | None = None, **options) -> dict:
                     errors[key] = f"not calibrated: {why}"
                     continue
                 peaks[key] = matmul_peak(device, kind=kind, **options)
-            except Exception as err:      # noqa: BLE001  one peak's failure keeps the others
+            except Exception as err:  # noqa: BLE001  one peak's failure keeps the others
                 errors[key] = f"{type(err).__name__}: {' '.join(str(err).split())}"[:300]
-    return {"peaks": peaks, **({"errors": errors} if errors else {}), "hardware": hardware.describe(),
-            "harness_overhead_s": timing.overhead(), "load": list(os.getloadavg()),
-            "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "seconds": round(time.perf_counter() - started, 1)}
+    return {
+        "peaks": peaks,
+        **({"errors": errors} if errors else {}),
+        "hardware": hardware.describe(),
+        "harness_overhead_s": timing.overhead(),
+        "load": list(os.getloadavg()),
+        "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "seconds": round(time.perf_counter() - started, 1),
+    }
 
 
 def main(argv=None) -> int:

@@ -23,9 +23,13 @@ from scripts.results import Identity, RecordError, failed
 from support import env, hardware, params, precision, records, tasks
 
 FINAL = ("ok",) + precision.STATUSES  # what --resume keeps: a result, or a combination that cannot run
-INPUT_CHANGES = {"notebook": "the notebook changed", "support": "support/ changed",
-                 "pins": "its environment's pins changed", "hardware": "it ran on other hardware",
-                 "timed": "it ran untimed (--jobs above 1)"}
+INPUT_CHANGES = {
+    "notebook": "the notebook changed",
+    "support": "support/ changed",
+    "pins": "its environment's pins changed",
+    "hardware": "it ran on other hardware",
+    "timed": "it ran untimed (--jobs above 1)",
+}
 
 
 @dataclass
@@ -65,8 +69,14 @@ class Job:
 
 def notebook_parameters(job: Job, record_path: Path, parity: bool = False) -> dict:
     """What papermill passes to the notebook: of the runner's parameters, those it declares."""
-    offered = {"profile": job.profile, "record_path": str(Path(record_path).resolve()), "data": job.data,
-               **({"parity": True} if parity else {}), **job.parameters, **job.matrix}
+    offered = {
+        "profile": job.profile,
+        "record_path": str(Path(record_path).resolve()),
+        "data": job.data,
+        **({"parity": True} if parity else {}),
+        **job.parameters,
+        **job.matrix,
+    }
     declared = suite.declared_parameters(job.notebook)
     return {name: value for name, value in offered.items() if name in declared and value is not None}
 
@@ -76,22 +86,25 @@ def missing_parameters(job: Job, parameters: dict) -> str | None:
     missing = [name for name in tasks.COMMON_PARAMETERS if name not in parameters]
     if not missing:
         return None
-    return (f"{suite.shown(job.notebook)} declares no {', '.join(missing)} in its cell tagged 'parameters'; every "
-            f"notebook declares {', '.join(tasks.COMMON_PARAMETERS)}")
+    return (
+        f"{suite.shown(job.notebook)} declares no {', '.join(missing)} in its cell tagged 'parameters'; every "
+        f"notebook declares {', '.join(tasks.COMMON_PARAMETERS)}"
+    )
 
 
-def inputs(job: Job, parameters: dict, *, support: str, hardware_name: str, timed: bool,
-           pins: bool = True) -> dict:
+def inputs(job: Job, parameters: dict, *, support: str, hardware_name: str, timed: bool, pins: bool = True) -> dict:
     """What the record was made from: --resume reruns a notebook when any of these changed. `pins` False: the
     machine's own packages, no lock set (the GPU machine's check)."""
     lock = suite.lock_file(job.environment) if pins else None
-    return {"parameters": {k: v for k, v in parameters.items() if k != "record_path"},
-            "notebook": suite.digest(job.notebook),
-            "support": support,
-            "pins": suite.digest(lock, suite.REQUIREMENTS / f"{job.environment}-constraints.txt") if lock else None,
-            "lock_set": lock.stem if lock else None,
-            "hardware": hardware_name,
-            "timed": timed}
+    return {
+        "parameters": {k: v for k, v in parameters.items() if k != "record_path"},
+        "notebook": suite.digest(job.notebook),
+        "support": support,
+        "pins": suite.digest(lock, suite.REQUIREMENTS / f"{job.environment}-constraints.txt") if lock else None,
+        "lock_set": lock.stem if lock else None,
+        "hardware": hardware_name,
+        "timed": timed,
+    }
 
 
 def why_rerun(previous: dict | None, now: dict) -> str | None:
@@ -107,7 +120,9 @@ def why_rerun(previous: dict | None, now: dict) -> str | None:
         if before.get(key) != now[key]:
             return reason
     old, new = before.get("parameters") or {}, now["parameters"]
-    changed = [f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
+    changed = [
+        f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)
+    ]
     return f"its parameters changed ({', '.join(changed)})" if changed else None
 
 
@@ -119,8 +134,12 @@ def kernel_environment(jobs: int = 1) -> dict:
     shared = {}
     if jobs > 1:
         threads = str(max(1, (os.cpu_count() or 1) // jobs))
-        shared = {"OMP_NUM_THREADS": threads, "OPENBLAS_NUM_THREADS": threads, "MKL_NUM_THREADS": threads,
-                  "OMP_WAIT_POLICY": "PASSIVE"}
+        shared = {
+            "OMP_NUM_THREADS": threads,
+            "OPENBLAS_NUM_THREADS": threads,
+            "MKL_NUM_THREADS": threads,
+            "OMP_WAIT_POLICY": "PASSIVE",
+        }
     outside = {k: v for k, v in os.environ.items() if k != params.OVERRIDE_VARIABLE}  # the profiles as they are
     return {**outside, **env.project_environment(), "PYTHONUNBUFFERED": "1", **shared}
 

@@ -35,8 +35,13 @@ def inject_parameters(notebook: dict, parameters: dict) -> dict:
     cell tagged `parameters` (at the top where there is none); an earlier injected cell is replaced."""
     cells = [c for c in notebook["cells"] if "injected-parameters" not in c.get("metadata", {}).get("tags", [])]
     source = "# Parameters\n" + "".join(f"{name} = {value!r}\n" for name, value in parameters.items())
-    injected = {"cell_type": "code", "execution_count": None, "metadata": {"tags": ["injected-parameters"]},
-                "outputs": [], "source": source}
+    injected = {
+        "cell_type": "code",
+        "execution_count": None,
+        "metadata": {"tags": ["injected-parameters"]},
+        "outputs": [],
+        "source": source,
+    }
     tagged = [i for i, c in enumerate(cells) if "parameters" in c.get("metadata", {}).get("tags", [])]
     cells.insert(tagged[0] + 1 if tagged else 0, injected)
     return {**notebook, "cells": cells}
@@ -53,7 +58,7 @@ def without_magics(source: str) -> str:
     lines = []
     for line in source.splitlines():
         stripped = line.lstrip()
-        lines.append(line[:len(line) - len(stripped)] + "pass" if stripped.startswith(("%", "!")) else line)
+        lines.append(line[: len(line) - len(stripped)] + "pass" if stripped.startswith(("%", "!")) else line)
     return "\n".join(lines)
 
 
@@ -88,7 +93,7 @@ class Tee(io.TextIOBase):
 
 def run_cell(code: str, namespace: dict, filename: str) -> None:
     """Execute a cell as IPython does: its last expression, if any and not ended by ';', is shown."""
-    linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)   # tracebacks show the lines
+    linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)  # tracebacks show the lines
     tree = ast.parse(code, filename)
     last = None
     if tree.body and isinstance(tree.body[-1], ast.Expr) and not code.rstrip().endswith(";"):
@@ -106,9 +111,8 @@ def execute_notebook(path: Path, executed: Path, parameters: dict) -> int:
     write the executed notebook (each cell's output) after every cell. 0 when every cell ran, else 1."""
     notebook = inject_parameters(json.loads(Path(path).read_text(encoding="utf-8")), parameters)
     main = types.ModuleType("__main__")
-    main.__dict__.update(__builtins__=builtins, display=lambda *objs, **_: print(*objs),
-                         get_ipython=lambda: None)
-    sys.modules["__main__"] = main        # as IPython: what a cell defines pickles as __main__.<name>
+    main.__dict__.update(__builtins__=builtins, display=lambda *objs, **_: print(*objs), get_ipython=lambda: None)
+    sys.modules["__main__"] = main  # as IPython: what a cell defines pickles as __main__.<name>
     sys.argv = [str(path)]
 
     def save():
@@ -129,7 +133,7 @@ def execute_notebook(path: Path, executed: Path, parameters: dict) -> int:
         except SystemExit as stop:
             if stop.code not in (None, 0):
                 failure = stop
-        except BaseException as error:       # noqa: BLE001 (KeyboardInterrupt too: the cell stopped)
+        except BaseException as error:  # noqa: BLE001 (KeyboardInterrupt too: the cell stopped)
             failure = error
         finally:
             sys.stdout.flush()
@@ -140,10 +144,14 @@ def execute_notebook(path: Path, executed: Path, parameters: dict) -> int:
         if failure is not None:
             lines = traceback.format_exception(type(failure), failure, failure.__traceback__)
             sys.stderr.write("".join(lines))
-            cell["outputs"].append({"output_type": "error", "ename": type(failure).__name__,
-                                    "evalue": str(failure), "traceback": lines})
-            print(f"device_check: cell {index} raised {type(failure).__name__}: {str(failure)[:300]}",
-                  file=sys.stderr, flush=True)
+            cell["outputs"].append(
+                {"output_type": "error", "ename": type(failure).__name__, "evalue": str(failure), "traceback": lines}
+            )
+            print(
+                f"device_check: cell {index} raised {type(failure).__name__}: {str(failure)[:300]}",
+                file=sys.stderr,
+                flush=True,
+            )
             save()
             return 1
         save()

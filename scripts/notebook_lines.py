@@ -15,6 +15,7 @@ layout's timing, batch-size, parity and record sections, which sat in the reader
 The issue's bar: at most 15% of the learner's path is harness. Words are the markdown cells' words, headings
 included; `words_before_model` counts those above `## Model` (the reader's way in).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -28,8 +29,8 @@ from scripts.report.text import Table, markdown_table
 MODEL_SECTION = "## Model"
 HARNESS = re.compile(r"\b(bench|measure|timing|records|prec|env|files)\.|\bagree\(|\bprecision_tolerance\b")
 HARNESS_SECTIONS = ("## Time the training", "## Batch size", "## Parity", "## Record")
-LIMIT = 0.15      # the largest share of harness lines the learner's path may have
-WORDS_BEFORE_MODEL = 300    # the most prose a reader meets before the model
+LIMIT = 0.15  # the largest share of harness lines the learner's path may have
+WORDS_BEFORE_MODEL = 300  # the most prose a reader meets before the model
 
 
 def statements(lines: list[str]) -> list[list[str]]:
@@ -69,17 +70,24 @@ def code_lines(path: Path) -> dict[str, int | float]:
                 continue
             counts["learner"] += len(lines)
             counts["model"] += len(lines) if section == MODEL_SECTION else 0
-            counts["harness"] += len(lines) if section in HARNESS_SECTIONS else sum(
-                len(statement) for statement in statements(lines) if any(HARNESS.search(line) for line in statement))
+            counts["harness"] += (
+                len(lines)
+                if section in HARNESS_SECTIONS
+                else sum(
+                    len(statement) for statement in statements(lines) if any(HARNESS.search(line) for line in statement)
+                )
+            )
     counts["harness_share"] = round(counts["harness"] / counts["learner"], 3) if counts["learner"] else 0.0
     return counts
 
 
 # What belongs to the measurement part or to the one "This machine" cell (tagged THIS_MACHINE), never to the rest of
 # the learner's path: the benchmark's stops and checks, records, and the machine-specific workarounds.
-LEAKS = re.compile(r"\bbench\.(stop|first_call|agree|unavailable|onnx|hyperparameters|parity|steady_state|sweep|"
-                   r"throughput|data_parallel|initialisation)\b|\bmeasure\.(write|stop_\w+|initial_weights|variant)\b|"
-                   r"\brecords\.|XLA_FLAGS|OMP_NUM_THREADS|MXNET_CPU_PARALLEL_SIZE|set_flush_denormal|type_check\b")
+LEAKS = re.compile(
+    r"\bbench\.(stop|first_call|agree|unavailable|onnx|hyperparameters|parity|steady_state|sweep|"
+    r"throughput|data_parallel|initialisation)\b|\bmeasure\.(write|stop_\w+|initial_weights|variant)\b|"
+    r"\brecords\.|XLA_FLAGS|OMP_NUM_THREADS|MXNET_CPU_PARALLEL_SIZE|set_flush_denormal|type_check\b"
+)
 THIS_MACHINE = "concept:this-machine"
 
 
@@ -90,12 +98,16 @@ def _precision_in_functions(source: str) -> list[str]:
 
     try:
         tree = ast.parse(source)
-    except SyntaxError:       # IPython syntax (%magic): nothing to parse here
+    except SyntaxError:  # IPython syntax (%magic): nothing to parse here
         return []
     lines = source.splitlines()
-    return [lines[node.lineno - 1].strip() for function in ast.walk(tree)
-            if isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
-            for node in ast.walk(function) if isinstance(node, ast.Name) and node.id == "precision"]
+    return [
+        lines[node.lineno - 1].strip()
+        for function in ast.walk(tree)
+        if isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+        for node in ast.walk(function)
+        if isinstance(node, ast.Name) and node.id == "precision"
+    ]
 
 
 def leaks(path: Path) -> list[str]:
@@ -124,8 +136,12 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print JSON instead of a markdown table")
     parser.add_argument("--notebooks", type=Path, default=suite.NOTEBOOKS, help="the notebooks folder to count")
-    parser.add_argument("--leaks", action="store_true", help="list the learner's-path lines that belong to the "
-                        "measurement part or the 'This machine' cell; exit 1 if there are any")
+    parser.add_argument(
+        "--leaks",
+        action="store_true",
+        help="list the learner's-path lines that belong to the "
+        "measurement part or the 'This machine' cell; exit 1 if there are any",
+    )
     args = parser.parse_args(argv)
     if args.leaks:
         found = [line for path in sorted(args.notebooks.glob("*/*.ipynb")) for line in leaks(path)]
@@ -135,12 +151,36 @@ def main(argv=None) -> None:
     if args.json:
         print(json.dumps(counts, indent=1))
         return
-    print(markdown_table(Table(
-        ["notebook", "model lines", "learner's path lines", "harness in it", "share", "measurement lines", "words",
-         "words before Model"], [False, *[True] * 7],
-        [[name, str(n["model"]), str(n["learner"]), str(n["harness"]),
-          f"{100 * n['harness_share']:.0f}%" + ("" if n["harness_share"] <= LIMIT else " (over 15%)"),
-          str(n["measurement"]), str(n["words"]), str(n["words_before_model"])] for name, n in counts.items()])))
+    print(
+        markdown_table(
+            Table(
+                [
+                    "notebook",
+                    "model lines",
+                    "learner's path lines",
+                    "harness in it",
+                    "share",
+                    "measurement lines",
+                    "words",
+                    "words before Model",
+                ],
+                [False, *[True] * 7],
+                [
+                    [
+                        name,
+                        str(n["model"]),
+                        str(n["learner"]),
+                        str(n["harness"]),
+                        f"{100 * n['harness_share']:.0f}%" + ("" if n["harness_share"] <= LIMIT else " (over 15%)"),
+                        str(n["measurement"]),
+                        str(n["words"]),
+                        str(n["words_before_model"]),
+                    ]
+                    for name, n in counts.items()
+                ],
+            )
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ torchrun starts this script once per rank with the same arguments and tells each
 writes OUTPUT and rank r writes OUTPUT's name with `.rank<r>` before `.ipynb` beside it, so that the ranks never
 write one file. The runner (`run_all.py`) launches it for the frameworks in `suite.PROCESS_PER_DEVICE`.
 """
+
 from __future__ import annotations
 
 import os
@@ -27,7 +28,7 @@ def other_ranks(output: str | Path) -> list[tuple[int, Path]]:
     path = Path(output)
     found = []
     for other in path.parent.glob(f"{path.stem}.rank*{path.suffix}"):
-        number = other.name[len(f"{path.stem}.rank"):-len(path.suffix) or None]
+        number = other.name[len(f"{path.stem}.rank") : -len(path.suffix) or None]
         if number.isdigit() and int(number) > 0:
             found.append((int(number), other))
     return sorted(found)

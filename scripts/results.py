@@ -143,8 +143,11 @@ def legacy_identity(record: dict) -> Identity:
     if record.get("devices", 1) != 1 and "devices" not in matrix:
         matrix = {**matrix, "devices": record["devices"]}
     identity = Identity.of(record["task"], record["framework"], {}, matrix)
-    names = [name for (task, framework), (name, _) in suite.VARIANTS.items()
-             if task in ("*", record["task"]) and framework in ("*", record["framework"])]
+    names = [
+        name
+        for (task, framework), (name, _) in suite.VARIANTS.items()
+        if task in ("*", record["task"]) and framework in ("*", record["framework"])
+    ]
     given = ((record.get("inputs") or {}).get("parameters") or {}) if isinstance(record.get("inputs"), dict) else {}
     if names and not all(name in given for name in names):
         label, tail = record.get("variant") or "", identity.matrix_label
@@ -155,15 +158,19 @@ def legacy_identity(record: dict) -> Identity:
 
 def identity(record: dict) -> Identity:
     """A record's identity: its `identity` fields (schema 3); a record made before has them migrated."""
-    if "identity" in record:        # its fields' types were checked with the record (docs/record.schema.json)
+    if "identity" in record:  # its fields' types were checked with the record (docs/record.schema.json)
         run = Identity(**record["identity"])
         if (run.task, run.framework) != (record.get("task"), record.get("framework")):
-            raise RecordError(f"its identity is of {run.task}/{run.framework}, but the record says "
-                              f"{record.get('task')}/{record.get('framework')}")
+            raise RecordError(
+                f"its identity is of {run.task}/{run.framework}, but the record says "
+                f"{record.get('task')}/{record.get('framework')}"
+            )
         return run
     if record.get("schema", records.SCHEMA) >= 3:
-        raise RecordError("a schema-3 record must carry its identity (task, framework, api, mode, precision, "
-                          "compilation, devices, sweep, seed): it was not written by results.finalize")
+        raise RecordError(
+            "a schema-3 record must carry its identity (task, framework, api, mode, precision, "
+            "compilation, devices, sweep, seed): it was not written by results.finalize"
+        )
     return legacy_identity(record)
 
 
@@ -189,14 +196,24 @@ class Layout:
     def executed(self, profile: str, run: Identity) -> Path:
         """The executed notebook, named after its framework's notebook and variant: executed/cpu/cnn_cifar10/
         keras-jax-bf16.ipynb."""
-        return self.root / "executed" / profile / run.task / f"{run.framework}{'-' + run.variant if run.variant else ''}.ipynb"
+        return (
+            self.root
+            / "executed"
+            / profile
+            / run.task
+            / f"{run.framework}{'-' + run.variant if run.variant else ''}.ipynb"
+        )
 
     def log(self, profile: str, run: Identity) -> Path:
         return self.root / "logs" / profile / f"{run.key}.log"
 
     def paths(self, profile: str, run: Identity) -> dict[str, Path]:
         """Where a finished run's record, executed notebook and log are."""
-        return {"record": self.record(profile, run), "executed": self.executed(profile, run), "log": self.log(profile, run)}
+        return {
+            "record": self.record(profile, run),
+            "executed": self.executed(profile, run),
+            "log": self.log(profile, run),
+        }
 
     def staging(self, profile: str, run: Identity) -> Path:
         """The folder a run in progress writes in: the files of `paths`, under the same names."""
@@ -254,11 +271,15 @@ def hold(layout: Layout, argv: list[str], program: str = "run_all.py"):
         lock.acquire(blocking=False)
     except Timeout:
         who = (holder.read_text().strip() if holder.exists() else "") or "a process that has not said who it is"
-        raise SystemExit(f"{program}: {layout.root} is in use by another runner ({who}); two runs on one machine "
-                         f"share its CPU and spoil each other's timings: wait for it to end, or stop it") from None
+        raise SystemExit(
+            f"{program}: {layout.root} is in use by another runner ({who}); two runs on one machine "
+            f"share its CPU and spoil each other's timings: wait for it to end, or stop it"
+        ) from None
     try:
-        holder.write_text(f"pid {os.getpid()} on {socket.gethostname()} since {time.strftime('%Y-%m-%d %H:%M:%S')}: "
-                          f"{program} {' '.join(argv)}".strip())
+        holder.write_text(
+            f"pid {os.getpid()} on {socket.gethostname()} since {time.strftime('%Y-%m-%d %H:%M:%S')}: "
+            f"{program} {' '.join(argv)}".strip()
+        )
         yield
     finally:
         holder.unlink(missing_ok=True)
@@ -294,8 +315,11 @@ def read_run(layout: Layout, run_id: str) -> dict:
         raise RunFileError(path, "missing") from None
     except (OSError, UnicodeDecodeError, ValueError) as err:
         raise RunFileError(path, f"not readable JSON ({' '.join(str(err).split())[:80]})") from None
-    if not isinstance(meta, dict) or not isinstance(meta.get("calibration"), dict) or not all(
-            isinstance(v, dict) for v in meta["calibration"].values()):
+    if (
+        not isinstance(meta, dict)
+        or not isinstance(meta.get("calibration"), dict)
+        or not all(isinstance(v, dict) for v in meta["calibration"].values())
+    ):
         raise RunFileError(path, "malformed (no calibration object)")
     return meta
 
@@ -318,8 +342,9 @@ def failed(run: Identity, profile: str, machine: str, status: str, error: str) -
     return records.failed(run.task, run.framework, run.variant, profile, machine, status, error)
 
 
-def finalize(layout: Layout, record: dict, run: Identity, profile: str, /, *,
-             staged: dict[str, Path] | None = None, **runner) -> dict:
+def finalize(
+    layout: Layout, record: dict, run: Identity, profile: str, /, *, staged: dict[str, Path] | None = None, **runner
+) -> dict:
     """Give a run's record its last word and store it with its executed notebook and log.
 
     `record` is what the notebook wrote (or `failed()`); `runner` is what only the runner knows: run (the run id),
@@ -331,8 +356,16 @@ def finalize(layout: Layout, record: dict, run: Identity, profile: str, /, *,
     if (record["task"], record["framework"]) != (run.task, run.framework):
         raise RecordError(f"the record is of {record['task']}/{record['framework']}, not of {run.title}")
     paths = layout.paths(profile, run)
-    record = {**record, "identity": run.as_dict(), "key": run.key, "variant": run.variant, "profile": profile,
-              "executed_notebook": layout.relative(paths["executed"]), "log": layout.relative(paths["log"]), **runner}
+    record = {
+        **record,
+        "identity": run.as_dict(),
+        "key": run.key,
+        "variant": run.variant,
+        "profile": profile,
+        "executed_notebook": layout.relative(paths["executed"]),
+        "log": layout.relative(paths["log"]),
+        **runner,
+    }
     record["schema"] = max(record.get("schema", records.SCHEMA), 3)
     record.pop("matrix", None)  # schema 2's matrix object: the identity holds its fields now
     records.validate(record)
@@ -377,7 +410,7 @@ def migrate(results: Path) -> list[Path]:
         if run.key != path.stem:
             print(f"left as it is: {path} holds {run.key}", file=sys.stderr)
             continue
-        record = {**record, "identity": run.as_dict(), "key": run.key, "variant": run.variant}   # schema kept
+        record = {**record, "identity": run.as_dict(), "key": run.key, "variant": run.variant}  # schema kept
         record.pop("matrix", None)
         atomic_write_json(path, records.validate(record))
         changed.append(path)

@@ -32,6 +32,7 @@ with one line. DLROSETTA_GPU=cpu or =cuda forces either way. The choice is writt
 record names.
 Runs with any Python 3; needs Python 3.11 (MXNet and Chainer break on 3.12).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -46,7 +47,7 @@ import tempfile
 import time
 from pathlib import Path
 
-if __package__ != "scripts":     # run as a file, `scripts` is not importable: say how to run it instead
+if __package__ != "scripts":  # run as a file, `scripts` is not importable: say how to run it instead
     sys.exit("setup_envs.py: run it as a module from the repository root: python3 -m scripts.setup_envs")
 
 from scripts import suite
@@ -54,9 +55,9 @@ from support import hardware  # standard library only, as suite
 
 PYTHON_VERSION = (3, 11)
 STAMP = ".dlr-stamp"
-BUILD_VERSION = 3   # bump when build() changes how an environment is made, to rebuild existing ones
-UV = "uv==0.13.8"   # resolves and hashes the lock sets (`--lock` only; a build needs nothing but pip)
-PLATFORM = "x86_64-manylinux_2_28"   # what every lock set is resolved for: x86-64 Linux, glibc 2.28 or newer
+BUILD_VERSION = 3  # bump when build() changes how an environment is made, to rebuild existing ones
+UV = "uv==0.13.8"  # resolves and hashes the lock sets (`--lock` only; a build needs nothing but pip)
+PLATFORM = "x86_64-manylinux_2_28"  # what every lock set is resolved for: x86-64 Linux, glibc 2.28 or newer
 
 
 def find_python() -> str:
@@ -66,15 +67,21 @@ def find_python() -> str:
         candidates.append(sys.executable)
     for exe in filter(None, candidates):
         try:
-            out = subprocess.run([exe, "-c", "import sys, venv; print(*sys.version_info[:2])"],
-                                 capture_output=True, text=True, check=True).stdout.split()
+            out = subprocess.run(
+                [exe, "-c", "import sys, venv; print(*sys.version_info[:2])"],
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout.split()
         except (OSError, subprocess.CalledProcessError):
             continue
         if tuple(map(int, out)) == PYTHON_VERSION:
             return exe
-    sys.exit("setup_envs.py: Python 3.11 with venv was not found (MXNet and Chainer break on 3.12): "
-             "install it (e.g. `pyenv install 3.11` or `apt install python3.11-venv`) "
-             "or set DLR_PYTHON to a python3.11 binary.")
+    sys.exit(
+        "setup_envs.py: Python 3.11 with venv was not found (MXNet and Chainer break on 3.12): "
+        "install it (e.g. `pyenv install 3.11` or `apt install python3.11-venv`) "
+        "or set DLR_PYTHON to a python3.11 binary."
+    )
 
 
 def user_constraints(python) -> list[str]:
@@ -82,17 +89,20 @@ def user_constraints(python) -> list[str]:
     if os.environ.get("PIP_CONSTRAINT"):
         return os.environ["PIP_CONSTRAINT"].split()
     cmd = [str(python), "-m", "pip", "config", "list"]
-    proc = subprocess.run(cmd, check=False, capture_output=True, text=True,
-                          env=dict(os.environ, PIP_DISABLE_PIP_VERSION_CHECK="1"))
+    proc = subprocess.run(
+        cmd, check=False, capture_output=True, text=True, env=dict(os.environ, PIP_DISABLE_PIP_VERSION_CHECK="1")
+    )
     if proc.returncode:
         why = (proc.stderr.strip().splitlines() or [f"exit status {proc.returncode}"])[-1]
-        sys.exit(f"setup_envs.py: `{' '.join(cmd)}` failed ({why}): fix pip's configuration, "
-                 "or give your pip constraints in PIP_CONSTRAINT.")
+        sys.exit(
+            f"setup_envs.py: `{' '.join(cmd)}` failed ({why}): fix pip's configuration, "
+            "or give your pip constraints in PIP_CONSTRAINT."
+        )
     config = {}
-    for line in proc.stdout.splitlines():     # `section.key='value'`, the value as Python's repr
+    for line in proc.stdout.splitlines():  # `section.key='value'`, the value as Python's repr
         key, _, value = line.partition("=")
         if key.endswith(".constraint"):
-            config[key[:-len(".constraint")]] = ast.literal_eval(value)
+            config[key[: -len(".constraint")]] = ast.literal_eval(value)
     # `pip install` takes [install] over [global]; the environment (:env:) over both
     value = next((config[section] for section in (":env:", "install", "global") if config.get(section)), "")
     return value.split()
@@ -112,8 +122,9 @@ def pip_environ(env: str, python) -> dict:
 def fingerprint(python: str, env: str, lock_set: str | None = None) -> str:
     """A hash of what the environment is built from and where: the interpreter, the lock set's pin files, its path."""
     lock_set = lock_set or env
-    version = subprocess.run([python, "-c", "import sys; print(sys.version)"], capture_output=True, text=True,
-                             check=True).stdout
+    version = subprocess.run(
+        [python, "-c", "import sys; print(sys.version)"], capture_output=True, text=True, check=True
+    ).stdout
     h = hashlib.sha256(version.encode())
     for name in (f"{lock_set}.txt", f"{env}-constraints.txt"):
         path = suite.REQUIREMENTS / name
@@ -121,14 +132,14 @@ def fingerprint(python: str, env: str, lock_set: str | None = None) -> str:
             h.update(path.read_bytes())
     h.update(str(BUILD_VERSION).encode())
     if lock_set != env:
-        h.update(lock_set.encode())              # a CUDA set (a CPU set's hash is what it was before lock sets)
-    h.update(str(suite.VENVS / env).encode())    # scripts' shebangs hold it: a moved environment is rebuilt
+        h.update(lock_set.encode())  # a CUDA set (a CPU set's hash is what it was before lock sets)
+    h.update(str(suite.VENVS / env).encode())  # scripts' shebangs hold it: a moved environment is rebuilt
     return h.hexdigest()
 
 
 # --- which lock sets: the GPU and its driver ------------------------------------------------------------------
 
-FORCE = "DLROSETTA_GPU"      # "cpu" or "cuda": build those lock sets whatever nvidia-smi says ("auto", unset: ask it)
+FORCE = "DLROSETTA_GPU"  # "cpu" or "cuda": build those lock sets whatever nvidia-smi says ("auto", unset: ask it)
 
 
 def nvidia_gpu() -> dict | None:
@@ -158,17 +169,18 @@ def choose_lock_sets() -> tuple[str, dict | None, list[str]]:
         for name in sets:
             needed = suite.LOCK_SETS[name].driver
             if needed and found < version_tuple(needed):
-                sys.exit(f"setup_envs.py: the NVIDIA driver is {gpu['driver']} ({gpu['name']}); the {name} lock set "
-                         f"(CUDA {suite.LOCK_SETS[name].cuda}) needs {needed} or newer: update "
-                         f"the driver, or set {FORCE}=cpu to build the CPU lock sets (every line then runs on the CPU)")
+                sys.exit(
+                    f"setup_envs.py: the NVIDIA driver is {gpu['driver']} ({gpu['name']}); the {name} lock set "
+                    f"(CUDA {suite.LOCK_SETS[name].cuda}) needs {needed} or newer: update "
+                    f"the driver, or set {FORCE}=cpu to build the CPU lock sets (every line then runs on the CPU)"
+                )
     return kind, gpu, sets
 
 
 def write_choice(kind: str, gpu: dict | None, sets: list[str]) -> None:
     """.venvs/lock-sets.json: the runner reads from it which environment runs each line and which pins it used."""
     suite.VENVS.mkdir(parents=True, exist_ok=True)
-    choice = {"machine": kind, "gpu": gpu, "forced": os.environ.get(FORCE) or None,
-              "sets": suite.by_environment(sets)}
+    choice = {"machine": kind, "gpu": gpu, "forced": os.environ.get(FORCE) or None, "sets": suite.by_environment(sets)}
     path = suite.VENVS / suite.CHOSEN
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(choice, indent=1) + "\n")
@@ -182,8 +194,9 @@ def run(cmd: list, **kwargs) -> None:
 
 def write_stamp(python: str, env: str, lock_set: str | None = None) -> None:
     """The fingerprint, then the environment's path and its lock set in clear (where a moved one came from)."""
-    (suite.VENVS / env / STAMP).write_text(f"{fingerprint(python, env, lock_set)}\n{suite.VENVS / env}\n"
-                                           f"{lock_set or env}\n")
+    (suite.VENVS / env / STAMP).write_text(
+        f"{fingerprint(python, env, lock_set)}\n{suite.VENVS / env}\n{lock_set or env}\n"
+    )
 
 
 def moved_from(env: str) -> Path | None:
@@ -195,16 +208,32 @@ def moved_from(env: str) -> Path | None:
 
 def up_to_date(python: str, env: str, lock_set: str | None = None) -> bool:
     stamp = suite.VENVS / env / STAMP
-    return (stamp.exists() and stamp.read_text().split("\n")[0] == fingerprint(python, env, lock_set)
-            and suite.venv_python(env).exists())
+    return (
+        stamp.exists()
+        and stamp.read_text().split("\n")[0] == fingerprint(python, env, lock_set)
+        and suite.venv_python(env).exists()
+    )
 
 
 def install_project(env: str) -> None:
     """Install this checkout (pyproject.toml) into the environment, editable: its packages import from the
     checkout, and its commands land in the environment's bin/. Offline and without dependencies (the lock file
     installed them): the lock set's own setuptools builds it (legacy.in pins wheel for its setuptools 65.5)."""
-    run([suite.venv_python(env), "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", "--no-index",
-         "--editable", suite.ROOT], env=dict(os.environ, PIP_DISABLE_PIP_VERSION_CHECK="1"))
+    run(
+        [
+            suite.venv_python(env),
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-index",
+            "--editable",
+            suite.ROOT,
+        ],
+        env=dict(os.environ, PIP_DISABLE_PIP_VERSION_CHECK="1"),
+    )
 
 
 def build(python: str, env: str, force: bool, lock_set: str | None = None) -> None:
@@ -218,8 +247,19 @@ def build(python: str, env: str, force: bool, lock_set: str | None = None) -> No
         print(f"{env}: moved from {moved} to {venv}; rebuilding it (its scripts name the old path)", flush=True)
     print(f"{env}: building {venv} from requirements/{lock_set}.txt", flush=True)
     run([python, "-m", "venv", "--clear", venv])
-    run([suite.venv_python(env), "-m", "pip", "install", "--quiet", "--require-hashes", "-r",
-         suite.REQUIREMENTS / f"{lock_set}.txt"], env=pip_environ(env, suite.venv_python(env)))
+    run(
+        [
+            suite.venv_python(env),
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--require-hashes",
+            "-r",
+            suite.REQUIREMENTS / f"{lock_set}.txt",
+        ],
+        env=pip_environ(env, suite.venv_python(env)),
+    )
     install_project(env)
     write_stamp(python, env, lock_set)
     print(f"{env}: built in {time.time() - start:.0f} s")
@@ -232,9 +272,22 @@ def register_kernels(envs: list[str]) -> None:
     environ = dict(os.environ, IPYTHONDIR=os.environ.get("IPYTHONDIR") or str(cache / "ipython"))  # not ~/.ipython
     for env in envs:
         if suite.venv_python(env).exists():
-            run([suite.venv_python(env), "-m", "ipykernel", "install", "--prefix", prefix,
-                 "--name", suite.kernel_name(env), "--display-name", f"DL Rosetta ({env})"],
-                capture_output=True, env=environ)   # it warns that the prefix is not on Jupyter's path: the runner's is
+            run(
+                [
+                    suite.venv_python(env),
+                    "-m",
+                    "ipykernel",
+                    "install",
+                    "--prefix",
+                    prefix,
+                    "--name",
+                    suite.kernel_name(env),
+                    "--display-name",
+                    f"DL Rosetta ({env})",
+                ],
+                capture_output=True,
+                env=environ,
+            )  # it warns that the prefix is not on Jupyter's path: the runner's is
 
 
 # What the tests need from the system besides the environments: the browser that reads the side-by-side reader
@@ -248,17 +301,22 @@ def system_packages() -> str | None:
     None when they are there, else one line saying why not and how (the browser tests then skip, saying so)."""
     if CHROMIUM.exists():
         return None
-    how = f"install them with `apt-get update && apt-get install -y --no-install-recommends {' '.join(SYSTEM_PACKAGES)}`"
+    how = (
+        f"install them with `apt-get update && apt-get install -y --no-install-recommends {' '.join(SYSTEM_PACKAGES)}`"
+    )
     if os.geteuid() != 0 or not shutil.which("apt-get"):
         return f"{CHROMIUM} is missing and this user cannot apt-get it: {how}"
     environ = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
     start = time.time()
-    for cmd, limit in ((["apt-get", "update"], 300),
-                       (["apt-get", "install", "-y", "--no-install-recommends", *SYSTEM_PACKAGES], 600)):
+    for cmd, limit in (
+        (["apt-get", "update"], 300),
+        (["apt-get", "install", "-y", "--no-install-recommends", *SYSTEM_PACKAGES], 600),
+    ):
         print("+", " ".join(cmd), flush=True)
         try:
-            proc = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=limit, env=environ,
-                                  stdin=subprocess.DEVNULL)
+            proc = subprocess.run(
+                cmd, check=False, capture_output=True, text=True, timeout=limit, env=environ, stdin=subprocess.DEVNULL
+            )
         except subprocess.TimeoutExpired:
             return f"`{' '.join(cmd)}` took over {limit} s: {how}"
         if proc.returncode:
@@ -277,8 +335,10 @@ def uv(python: str) -> Path:
         found = []
     if found != [UV.split("==")[1]]:
         run([python, "-m", "venv", "--clear", venv])
-        run([venv / "bin" / "python", "-m", "pip", "install", "--quiet", UV],
-            env=dict(os.environ, PIP_DISABLE_PIP_VERSION_CHECK="1"))
+        run(
+            [venv / "bin" / "python", "-m", "pip", "install", "--quiet", UV],
+            env=dict(os.environ, PIP_DISABLE_PIP_VERSION_CHECK="1"),
+        )
     return exe
 
 
@@ -294,19 +354,38 @@ def lock(python: str, name: str) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         held, out = Path(tmp, "held.txt"), Path(tmp, f"{name}.txt")
         held.write_text("".join(f"{pin}\n" for pin in (pins(name) if target.exists() else [])))
-        cmd = [uv(python), "pip", "compile", suite.REQUIREMENTS / f"{name}.in", "--generate-hashes",
-               "--python", python, "--python-version", "3.11", "--python-platform", PLATFORM,
-               "--no-header", "--no-annotate", "--quiet", "-c", held, "-o", out]
-        if build_pins.exists():       # as pip applies PIP_CONSTRAINT: to the environment and to source builds
+        cmd = [
+            uv(python),
+            "pip",
+            "compile",
+            suite.REQUIREMENTS / f"{name}.in",
+            "--generate-hashes",
+            "--python",
+            python,
+            "--python-version",
+            "3.11",
+            "--python-platform",
+            PLATFORM,
+            "--no-header",
+            "--no-annotate",
+            "--quiet",
+            "-c",
+            held,
+            "-o",
+            out,
+        ]
+        if build_pins.exists():  # as pip applies PIP_CONSTRAINT: to the environment and to source builds
             cmd += ["-c", build_pins, "--build-constraints", build_pins]
         run(cmd)
         body = out.read_text()
-    header = (f"# Exact pins of the `{name}` lock set of the `{lock_set.environment}` environment "
-              f"({lock_set.why}),\n"
-              f"# each with the sha256 of its files: `pip install --require-hashes -r {name}.txt`.\n"
-              f"# Generated from {name}.in by `python3 -m scripts.setup_envs --lock {name}`, which holds the pins\n"
-              f"# already here ({UV} pip compile --generate-hashes for Python 3.11 on {PLATFORM});\n"
-              "# edit the .in file, not this one.\n")
+    header = (
+        f"# Exact pins of the `{name}` lock set of the `{lock_set.environment}` environment "
+        f"({lock_set.why}),\n"
+        f"# each with the sha256 of its files: `pip install --require-hashes -r {name}.txt`.\n"
+        f"# Generated from {name}.in by `python3 -m scripts.setup_envs --lock {name}`, which holds the pins\n"
+        f"# already here ({UV} pip compile --generate-hashes for Python 3.11 on {PLATFORM});\n"
+        "# edit the .in file, not this one.\n"
+    )
     target.write_text(header + body)
     if lock_set.cuda is None:
         write_conda_file(name)
@@ -327,24 +406,41 @@ def pins(lock_set: str) -> list[str]:
 
 def write_conda_file(env: str) -> None:
     """The same environment for conda users: Python 3.11 from conda-forge, every pin through pip."""
-    lines = [f"# The `{env}` environment for conda: {suite.ENVIRONMENTS[env]}.",
-             (f"# Generated with requirements/{env}.txt by `python3 -m scripts.setup_envs --lock {env}`; "
-              "a test keeps the two in step."),
-             f"name: dlr-{env}", "channels:", "  - conda-forge", "dependencies:", "  - python=3.11", "  - pip",
-             "  - pip:"] + [f"      - {pin}" for pin in pins(env)]
+    lines = [
+        f"# The `{env}` environment for conda: {suite.ENVIRONMENTS[env]}.",
+        (
+            f"# Generated with requirements/{env}.txt by `python3 -m scripts.setup_envs --lock {env}`; "
+            "a test keeps the two in step."
+        ),
+        f"name: dlr-{env}",
+        "channels:",
+        "  - conda-forge",
+        "dependencies:",
+        "  - python=3.11",
+        "  - pip",
+        "  - pip:",
+    ] + [f"      - {pin}" for pin in pins(env)]
     conda_file(env).write_text("\n".join(lines) + "\n")
 
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("envs", nargs="*", help="environments to build (default: every one of this machine's lock "
-                                                "sets: modern and legacy; on a GPU machine also tensorflow)")
+    parser.add_argument(
+        "envs",
+        nargs="*",
+        help="environments to build (default: every one of this machine's lock "
+        "sets: modern and legacy; on a GPU machine also tensorflow)",
+    )
     parser.add_argument("--force", action="store_true", help="rebuild even if the pins are unchanged")
-    parser.add_argument("--check", action="store_true",
-                        help="build nothing; say whether each environment is up to date (exit 1 if not)")
-    parser.add_argument("--lock", metavar="SET",
-                        help=f"re-resolve requirements/SET.in into requirements/SET.txt (and a CPU set's conda "
-                             f"file); SET is one of {', '.join(suite.LOCK_SETS)}")
+    parser.add_argument(
+        "--check", action="store_true", help="build nothing; say whether each environment is up to date (exit 1 if not)"
+    )
+    parser.add_argument(
+        "--lock",
+        metavar="SET",
+        help=f"re-resolve requirements/SET.in into requirements/SET.txt (and a CPU set's conda "
+        f"file); SET is one of {', '.join(suite.LOCK_SETS)}",
+    )
     args = parser.parse_args(argv)
     if args.lock and args.lock not in suite.LOCK_SETS:
         sys.exit(f"setup_envs.py: unknown lock set {args.lock!r}; choose from: {', '.join(suite.LOCK_SETS)}")
@@ -361,8 +457,10 @@ def main(argv=None) -> None:
         sys.exit(f"setup_envs.py: unknown environment {unknown[0]!r}{why}; choose from: {', '.join(chosen)}")
     envs = args.envs or list(chosen)
     if gpu:
-        print(f"GPU: {gpu['name']}, driver {gpu['driver']}, compute capability {gpu['capability']}: "
-              f"{kind} lock sets {', '.join(sets)}")
+        print(
+            f"GPU: {gpu['name']}, driver {gpu['driver']}, compute capability {gpu['capability']}: "
+            f"{kind} lock sets {', '.join(sets)}"
+        )
     elif kind == "cuda":
         print(f"{FORCE}=cuda: the CUDA lock sets {', '.join(sets)} (no driver checked: nvidia-smi did not answer)")
     if args.check:
@@ -376,8 +474,11 @@ def main(argv=None) -> None:
     register_kernels(list(chosen))
     if not args.envs:
         missing = system_packages()
-        print(f"system: {missing}; the browser tests skip until then" if missing else
-              f"system: {', '.join(SYSTEM_PACKAGES)} installed")
+        print(
+            f"system: {missing}; the browser tests skip until then"
+            if missing
+            else f"system: {', '.join(SYSTEM_PACKAGES)} installed"
+        )
 
 
 if __name__ == "__main__":

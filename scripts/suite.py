@@ -5,11 +5,11 @@ The one place that says which kernel runs which notebook, which notebooks run mo
 The tasks themselves are defined in `support/tasks.py`. Standard library only: `setup_envs.py`
 imports it with whatever Python 3 the user has, before any environment exists.
 """
+
 from __future__ import annotations
 
 import hashlib
 import json
-import sys
 from dataclasses import dataclass
 from itertools import zip_longest
 from pathlib import Path
@@ -40,29 +40,51 @@ GPU_ENVIRONMENTS = {
 @dataclass(frozen=True)
 class LockSet:
     """One set of exact pins, requirements/<name>.txt, resolved from <name>.in by `setup_envs.py --lock <name>`."""
+
     name: str
-    environment: str                    # the virtual environment it builds (.venvs/<environment>)
-    cuda: str | None = None             # the CUDA major version of its GPU builds; None: CPU builds only
-    driver: str | None = None           # the oldest NVIDIA driver (Linux) that runs that CUDA, as nvidia-smi writes it
-    gpu_lines: tuple = ()               # the GPU probe keys (GPU_PROBES) it puts on the GPU
-    why: str = ""                       # what it is, for the lock file's header and the set-up's lines
+    environment: str  # the virtual environment it builds (.venvs/<environment>)
+    cuda: str | None = None  # the CUDA major version of its GPU builds; None: CPU builds only
+    driver: str | None = None  # the oldest NVIDIA driver (Linux) that runs that CUDA, as nvidia-smi writes it
+    gpu_lines: tuple = ()  # the GPU probe keys (GPU_PROBES) it puts on the GPU
+    why: str = ""  # what it is, for the lock file's header and the set-up's lines
 
 
-LOCK_SETS = {s.name: s for s in (
-    LockSet("modern", "modern", why="the CPU builds, PyTorch's CUDA 13 wheel aside"),
-    LockSet("legacy", "legacy", why="CPU builds: MXNet 1.9.1 and Chainer 7.8.1 on numpy"),
-    LockSet("modern-cuda", "modern", "13", "580.65.06", ("pytorch", "jax"),
-            why="modern's pins plus jax[cuda13]: PyTorch, JAX, and Keras on either, on CUDA 13"),
-    LockSet("tensorflow-cuda", "tensorflow", "12", "525.60.13", ("tensorflow",),
-            why="tensorflow[and-cuda] with modern's pins where they overlap: TensorFlow, and Keras on it, on CUDA 12"),
-    LockSet("legacy-cuda", "legacy", "11", "450.80.02", ("chainer",),
+LOCK_SETS = {
+    s.name: s
+    for s in (
+        LockSet("modern", "modern", why="the CPU builds, PyTorch's CUDA 13 wheel aside"),
+        LockSet("legacy", "legacy", why="CPU builds: MXNet 1.9.1 and Chainer 7.8.1 on numpy"),
+        LockSet(
+            "modern-cuda",
+            "modern",
+            "13",
+            "580.65.06",
+            ("pytorch", "jax"),
+            why="modern's pins plus jax[cuda13]: PyTorch, JAX, and Keras on either, on CUDA 13",
+        ),
+        LockSet(
+            "tensorflow-cuda",
+            "tensorflow",
+            "12",
+            "525.60.13",
+            ("tensorflow",),
+            why="tensorflow[and-cuda] with modern's pins where they overlap: TensorFlow, and Keras on it, on CUDA 12",
+        ),
+        LockSet(
+            "legacy-cuda",
+            "legacy",
+            "11",
+            "450.80.02",
+            ("chainer",),
             why="legacy's pins plus CuPy for CUDA 11 and the CUDA 11.8 libraries: Chainer on the GPU; MXNet stays "
-                "the CPU build (support/frameworks.py says why)"),
-)}
+            "the CPU build (support/frameworks.py says why)",
+        ),
+    )
+}
 # The lock sets a machine builds: without an NVIDIA GPU (or with DLROSETTA_GPU=cpu) the CPU sets, with one the CUDA
 # sets (scripts/setup_envs.py reads nvidia-smi and checks the driver against each set's).
 MACHINE_LOCK_SETS = {"cpu": ("modern", "legacy"), "cuda": ("modern-cuda", "tensorflow-cuda", "legacy-cuda")}
-CHOSEN = "lock-sets.json"       # .venvs/<this>: what setup_envs.py chose on this machine, for the runner
+CHOSEN = "lock-sets.json"  # .venvs/<this>: what setup_envs.py chose on this machine, for the runner
 
 
 def by_environment(sets) -> dict:
@@ -110,8 +132,17 @@ def cuda_major(pin: str) -> str | None:
         match = re.search(pattern, name)
         if match:
             return match.group(1)[:2]
-    if name in ("cuda-toolkit", "cuda-bindings", "nvidia-cuda-runtime", "nvidia-cublas", "nvidia-cuda-nvrtc",
-                "nvidia-nvjitlink", "nvidia-cuda-cupti", "nvidia-nvtx", "nvidia-cuda-nvcc"):
+    if name in (
+        "cuda-toolkit",
+        "cuda-bindings",
+        "nvidia-cuda-runtime",
+        "nvidia-cublas",
+        "nvidia-cuda-nvrtc",
+        "nvidia-nvjitlink",
+        "nvidia-cuda-cupti",
+        "nvidia-nvtx",
+        "nvidia-cuda-nvcc",
+    ):
         return version.split(".")[0]
     return None
 
@@ -132,7 +163,7 @@ PROFILES = tasks.PROFILES
 # A framework's own variants come first; a task's modes (support.tasks) last: labels read 'jax-ram'.
 VARIANTS = {
     ("*", "keras"): ("backend", ("tensorflow", "jax", "torch")),
-    ("cnn_cifar10", "mxnet"): ("api", ("gluon", "module")),       # Gluon and the symbolic Module API
+    ("cnn_cifar10", "mxnet"): ("api", ("gluon", "module")),  # Gluon and the symbolic Module API
     **{(name, "*"): ("mode", task.modes) for name, task in tasks.TASKS.items() if task.modes},
 }
 
@@ -148,7 +179,7 @@ NOTEBOOK_LABELS = {"mxnet_module": "MXNet Module"}
 # True or False; Keras asks its backend's framework. On a GPU machine `--profile auto` gives a
 # notebook `full` only where its framework says True, and says how to get the GPU build otherwise.
 GPU_PROBES = {name: f.gpu_probe for name, f in frameworks.FRAMEWORKS.items() if f.gpu_probe}
-KERAS_BACKENDS = frameworks.KERAS_BACKENDS     # backend -> GPU_PROBES key
+KERAS_BACKENDS = frameworks.KERAS_BACKENDS  # backend -> GPU_PROBES key
 GPU_BUILDS = {name: f.gpu_build for name, f in frameworks.FRAMEWORKS.items() if f.gpu_build}
 LABELS = {name: f.label for name, f in frameworks.FRAMEWORKS.items()}
 
@@ -239,12 +270,28 @@ def compilation_key(framework: str, parameters: dict, gpu: bool = False, devices
 
 # A training notebook's two parts: the learner's path, which reads as the framework's own tutorial, then one
 # heading for the measurement (support/measure/), whose steps are `### ` subsections.
-LEARNER_PATH = ("## Parameters", "## Imports and versions", "## Data", "## Model", "## Train", "## Evaluate",
-                "## Save and load", "## Export to ONNX")
+LEARNER_PATH = (
+    "## Parameters",
+    "## Imports and versions",
+    "## Data",
+    "## Model",
+    "## Train",
+    "## Evaluate",
+    "## Save and load",
+    "## Export to ONNX",
+)
 MEASUREMENT = "## Measurement"
 # ResNet-50 trains nothing: its learner's path extracts features, then exports the model.
-LEARNER_PATHS = {"resnet50_features": ("## Parameters", "## Imports and versions", "## Data", "## Model",
-                                       "## Extract features", "## Export to ONNX")}
+LEARNER_PATHS = {
+    "resnet50_features": (
+        "## Parameters",
+        "## Imports and versions",
+        "## Data",
+        "## Model",
+        "## Extract features",
+        "## Export to ONNX",
+    )
+}
 
 
 def learner_path(task: str) -> tuple:
@@ -256,8 +303,11 @@ def section_headings(path: Path, subsections: bool = False) -> list[str]:
     """The notebook's `## ` heading lines (its sections), in order, read with the standard library; with
     `subsections`, its `### ` lines too (the measurement part's steps)."""
     cells = json.loads(Path(path).read_text())["cells"]
-    lines = ("".join(c["source"]) if isinstance(c["source"], list) else c["source"] for c in cells
-             if c["cell_type"] == "markdown")
+    lines = (
+        "".join(c["source"]) if isinstance(c["source"], list) else c["source"]
+        for c in cells
+        if c["cell_type"] == "markdown"
+    )
     levels = ("## ", "### ") if subsections else ("## ",)
     return [line.rstrip() for text in lines for line in text.splitlines() if line.startswith(levels)]
 
@@ -318,8 +368,13 @@ def declared_parameters(notebook: dict | Path) -> list[str]:
         if cell.get("cell_type") == "code" and "parameters" in cell.get("metadata", {}).get("tags", []):
             names = []
             for node in ast.parse(cell_source(cell)).body:
-                targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
-                    node, (ast.AnnAssign, ast.AugAssign)) else []
+                targets = (
+                    node.targets
+                    if isinstance(node, ast.Assign)
+                    else [node.target]
+                    if isinstance(node, (ast.AnnAssign, ast.AugAssign))
+                    else []
+                )
                 names += [t.id for t in targets if isinstance(t, ast.Name) and t.id not in names]
             return names
     return []

@@ -13,6 +13,7 @@ Importing `support` points the frameworks' caches (Keras, torch hub, inductor, m
 IPython) at the project's `.cache/` folder unless the caller already chose a place, so that
 notebooks leave nothing in the home directory. Import it before the framework.
 """
+
 from support import env as _env
 
 _env.use_project_cache()

@@ -6,6 +6,7 @@ imported module (this module holds no framework code); `machine_name()` names th
 Standard library at import time (numpy is imported by `describe()` alone), so that
 `support.tasks` can be read before any environment exists.
 """
+
 from __future__ import annotations
 
 import datetime as _dt
@@ -39,7 +40,7 @@ def project_environment() -> dict:
         "MPLCONFIGDIR": str(cache / "matplotlib"),
         "IPYTHONDIR": str(cache / "ipython"),
         "JUPYTER_RUNTIME_DIR": str(cache / "jupyter-runtime"),
-        "XDG_CACHE_HOME": str(cache / "xdg"),        # what libraries keep in ~/.cache (onnxruntime's device id)
+        "XDG_CACHE_HOME": str(cache / "xdg"),  # what libraries keep in ~/.cache (onnxruntime's device id)
         "MXNET_HOME": str(cache / "mxnet"),
         "CHAINER_DATASET_ROOT": str(cache / "chainer"),
         "TF_CPP_MIN_LOG_LEVEL": "2",
@@ -106,10 +107,12 @@ def git_commit(root: Path = ROOT) -> str:
     """The checkout's commit, with `-dirty` where the project's SOURCES (tracked, or new and not
     ignored) differ from it; 'unknown' outside a git checkout."""
     try:
-        commit = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=root,
-                                capture_output=True, text=True, timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--", *SOURCES], cwd=root,
-                               capture_output=True, text=True, timeout=10).stdout.strip()
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short=12", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--", *SOURCES], cwd=root, capture_output=True, text=True, timeout=10
+        ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return "unknown"
     return (commit + ("-dirty" if dirty else "")) or "unknown"
@@ -119,10 +122,10 @@ def peak_host_memory() -> int | None:
     """The peak resident memory of this process so far, in bytes (None where the OS does not say)."""
     try:
         import resource
-    except ImportError:          # Windows
+    except ImportError:  # Windows
         return None
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return int(peak) * (1 if sys.platform == "darwin" else 1024)   # macOS counts bytes, Linux KiB
+    return int(peak) * (1 if sys.platform == "darwin" else 1024)  # macOS counts bytes, Linux KiB
 
 
 def describe(framework, **extra) -> dict:
@@ -154,7 +157,7 @@ def describe(framework, **extra) -> dict:
         "gpus": gpu_names(),
         "machine": machine_name(),
         "git_commit": git_commit(),
-        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
     }
     return info
 

@@ -8,6 +8,7 @@ or a power cut leaves the old file or the new one, never half of either. `replac
 the same for writers that want a path of their own (matplotlib's savefig, csv). Standard library and
 filelock (pinned in both environments) only.
 """
+
 from __future__ import annotations
 
 import os
@@ -66,7 +67,7 @@ def _alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except PermissionError:     # somebody else's process
+    except PermissionError:  # somebody else's process
         return True
     return True
 

@@ -11,6 +11,7 @@ gradient. tests/test_flops.py checks every count against PyTorch's FlopCounterMo
 
     flops.per_sample("cnn_cifar10", settings)   # {'forward': 2.47e8, 'train': 7.3e8}
 """
+
 from __future__ import annotations
 
 
@@ -24,8 +25,9 @@ class _Counter:
     def __init__(self):
         self.layers: list[tuple[int, bool]] = []
 
-    def conv(self, size: int, c_in: int, c_out: int, kernel: int, stride: int = 1, pad: int = 0,
-             data_input: bool = False) -> int:
+    def conv(
+        self, size: int, c_in: int, c_out: int, kernel: int, stride: int = 1, pad: int = 0, data_input: bool = False
+    ) -> int:
         out = _out(size, kernel, stride, pad)
         self.layers.append((out * out * c_out * c_in * kernel * kernel, not data_input))
         return out
@@ -64,19 +66,18 @@ def gru(max_len: int, embedding_dim: int, hidden_dim: int, n_classes: int) -> di
     return c.flops()
 
 
-def densenet121(image_size: int, n_labels: int, growth: int = 32, bottleneck: int = 4,
-                blocks=(6, 12, 24, 16)) -> dict:
+def densenet121(image_size: int, n_labels: int, growth: int = 32, bottleneck: int = 4, blocks=(6, 12, 24, 16)) -> dict:
     """DenseNet-121 (Huang et al. 2017, torchvision's layout) with an n_labels classifier."""
     c, s = _Counter(), image_size
     s = c.conv(s, 3, 64, 7, stride=2, pad=3, data_input=True)
-    s = _out(s, 3, 2, 1)                                     # max-pool
+    s = _out(s, 3, 2, 1)  # max-pool
     channels = 64
     for i, n_layers in enumerate(blocks):
         for _ in range(n_layers):
             c.conv(s, channels, bottleneck * growth, 1)
             c.conv(s, bottleneck * growth, growth, 3, pad=1)
             channels += growth
-        if i < len(blocks) - 1:                              # transition: 1x1 halving channels, 2x2 avg-pool
+        if i < len(blocks) - 1:  # transition: 1x1 halving channels, 2x2 avg-pool
             c.conv(s, channels, channels // 2, 1)
             channels, s = channels // 2, s // 2
     c.dense(channels, n_labels)
@@ -87,7 +88,7 @@ def resnet50(image_size: int) -> dict:
     """ResNet-50 v1.5 (stride in each bottleneck's 3x3, torchvision's) up to the 2048-d pooled features."""
     c, s = _Counter(), image_size
     s = c.conv(s, 3, 64, 7, stride=2, pad=3, data_input=True)
-    s = _out(s, 3, 2, 1)                                     # max-pool
+    s = _out(s, 3, 2, 1)  # max-pool
     channels = 64
     for width, n_blocks, stride in ((64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2)):
         for b in range(n_blocks):
@@ -95,7 +96,7 @@ def resnet50(image_size: int) -> dict:
             c.conv(s, channels, width, 1)
             s_out = c.conv(s, width, width, 3, stride=stride if first else 1, pad=1)
             c.conv(s_out, width, 4 * width, 1)
-            if first:                                        # projection shortcut
+            if first:  # projection shortcut
                 c.conv(s, channels, 4 * width, 1, stride=stride if first else 1)
             channels, s = 4 * width, s_out
     return c.flops()

@@ -9,6 +9,7 @@ Each entry's `probe` is how `support.env.describe` reads a record's device, thre
 framework module the notebook imported: it is handed that module and never imports a framework itself, so this
 registry stays importable anywhere.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -20,15 +21,15 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Framework:
-    name: str                   # the notebooks' file stem and the records' `framework`
-    label: str                  # how tables and the reader site name it
-    environment: str            # the virtual environment (.venvs/<name>, kernel dlr-<name>) that runs its notebooks
-    gpu_probe: str              # Python printing True where the installed build computes on the GPU, else False
-    gpu_build: str              # what to do where the probe says False on a GPU machine (or why nothing can)
-    compilation: str = "off"    # what `compilation="auto"` means (support.precision): its own default
-    process_per_device: bool = False   # data parallelism as one process per device (the runner starts each one)
-    module: str = ""            # the module its notebooks import, that support.env.describe is given ("": name)
-    probe: Callable[[object], dict] | None = None   # that module -> its device, threads and libraries (see above)
+    name: str  # the notebooks' file stem and the records' `framework`
+    label: str  # how tables and the reader site name it
+    environment: str  # the virtual environment (.venvs/<name>, kernel dlr-<name>) that runs its notebooks
+    gpu_probe: str  # Python printing True where the installed build computes on the GPU, else False
+    gpu_build: str  # what to do where the probe says False on a GPU machine (or why nothing can)
+    compilation: str = "off"  # what `compilation="auto"` means (support.precision): its own default
+    process_per_device: bool = False  # data parallelism as one process per device (the runner starts each one)
+    module: str = ""  # the module its notebooks import, that support.env.describe is given ("": name)
+    probe: Callable[[object], dict] | None = None  # that module -> its device, threads and libraries (see above)
 
     @property
     def module_name(self) -> str:
@@ -38,6 +39,7 @@ class Framework:
 def _installed(package: str) -> str | None:
     """The installed version of a package, without importing it (None where it is not installed)."""
     from importlib import metadata
+
     try:
         return metadata.version(package)
     except metadata.PackageNotFoundError:
@@ -46,16 +48,23 @@ def _installed(package: str) -> str | None:
 
 def _torch(torch) -> dict:
     gpu = torch.cuda.is_available()
-    return {"threads": torch.get_num_threads(), "device": torch.cuda.get_device_name() if gpu else "cpu",
-            "cuda": torch.version.cuda if gpu else None, "cudnn": torch.backends.cudnn.version() if gpu else None}
+    return {
+        "threads": torch.get_num_threads(),
+        "device": torch.cuda.get_device_name() if gpu else "cpu",
+        "cuda": torch.version.cuda if gpu else None,
+        "cudnn": torch.backends.cudnn.version() if gpu else None,
+    }
 
 
 def _tensorflow(tf) -> dict:
     gpus = tf.config.list_physical_devices("GPU")
     build = tf.sysconfig.get_build_info()
-    return {"threads": os.cpu_count(),   # a thread per core unless configured
-            "device": tf.config.experimental.get_device_details(gpus[0]).get("device_name", "gpu") if gpus else "cpu",
-            "cuda": build.get("cuda_version") if gpus else None, "cudnn": build.get("cudnn_version") if gpus else None}
+    return {
+        "threads": os.cpu_count(),  # a thread per core unless configured
+        "device": tf.config.experimental.get_device_details(gpus[0]).get("device_name", "gpu") if gpus else "cpu",
+        "cuda": build.get("cuda_version") if gpus else None,
+        "cudnn": build.get("cudnn_version") if gpus else None,
+    }
 
 
 def _jax(jax) -> dict:
@@ -63,9 +72,15 @@ def _jax(jax) -> dict:
     gpu = jax.default_backend() == "gpu"
     versions = {name: _installed(name) for name in ("jaxlib", "flax", "optax")}
     platform = importlib.import_module("jax.extend.backend").get_backend().platform_version if gpu else None
-    return {"threads": os.cpu_count(), "device": devices[0].device_kind if gpu else "cpu",
-            "n_devices": len(devices), "backend": jax.default_backend(),
-            **versions, "xla_flags": os.environ.get("XLA_FLAGS"), "xla_platform": platform}
+    return {
+        "threads": os.cpu_count(),
+        "device": devices[0].device_kind if gpu else "cpu",
+        "n_devices": len(devices),
+        "backend": jax.default_backend(),
+        **versions,
+        "xla_flags": os.environ.get("XLA_FLAGS"),
+        "xla_platform": platform,
+    }
 
 
 def _keras(keras) -> dict:
@@ -73,19 +88,27 @@ def _keras(keras) -> dict:
     backend = keras.backend.backend()
     lib = sys.modules[backend]
     inner = by_module(backend).probe(lib)
-    return {"threads": inner["threads"], "device": inner["device"], "backend": backend,
-            "backend_version": lib.__version__, "xla_flags": os.environ.get("XLA_FLAGS")}
+    return {
+        "threads": inner["threads"],
+        "device": inner["device"],
+        "backend": backend,
+        "backend_version": lib.__version__,
+        "xla_flags": os.environ.get("XLA_FLAGS"),
+    }
 
 
 def _mxnet(mx) -> dict:
-    from support import hardware     # nvidia-smi names the GPU, which MXNet does not
+    from support import hardware  # nvidia-smi names the GPU, which MXNet does not
 
     gpu = mx.context.num_gpus() > 0
     features = mx.runtime.Features()
     threads = os.environ.get("OMP_NUM_THREADS")
-    return {"threads": int(threads) if threads else None,
-            "device": hardware.nvidia_smi("name")[0]["name"] if gpu else "cpu",
-            "mkldnn": features.is_enabled("MKLDNN"), "cuda": features.is_enabled("CUDA") if gpu else None}
+    return {
+        "threads": int(threads) if threads else None,
+        "device": hardware.nvidia_smi("name")[0]["name"] if gpu else "cpu",
+        "mkldnn": features.is_enabled("MKLDNN"),
+        "cuda": features.is_enabled("CUDA") if gpu else None,
+    }
 
 
 def _chainer(chainer) -> dict:
@@ -93,15 +116,18 @@ def _chainer(chainer) -> dict:
     cupy = chainer.backends.cuda.cupy if gpu else None
     try:
         from threadpoolctl import threadpool_info
+
         pools = [pool for pool in threadpool_info() if pool["user_api"] == "blas"]
         blas = next((pool for pool in pools if "numpy" in pool["filepath"]), pools[0]) if pools else None
     except ImportError:
         blas = None
-    return {"threads": blas["num_threads"] if blas else None,
-            "device": cupy.cuda.runtime.getDeviceProperties(0)["name"].decode() if gpu else "cpu",
-            "cupy": cupy.__version__ if gpu else None,
-            "blas": f"{blas['internal_api']} {blas['version']} {blas['architecture']}" if blas else None,
-            "ideep": chainer.backends.intel64.is_ideep_available()}
+    return {
+        "threads": blas["num_threads"] if blas else None,
+        "device": cupy.cuda.runtime.getDeviceProperties(0)["name"].decode() if gpu else "cpu",
+        "cupy": cupy.__version__ if gpu else None,
+        "blas": f"{blas['internal_api']} {blas['version']} {blas['architecture']}" if blas else None,
+        "ideep": chainer.backends.intel64.is_ideep_available(),
+    }
 
 
 # What a machine without the GPU build is told: the set-up builds the CUDA lock sets where nvidia-smi answers.
@@ -109,32 +135,62 @@ _SETUP = "run `python3 -m scripts.setup_envs` on this machine: where nvidia-smi 
 
 # Each GPU probe computes one small sum on the first GPU and prints True where the answer is right; False where the
 # build sees no GPU; it raises where it sees one but cannot compute there (a driver too old, a library missing).
-FRAMEWORKS = {f.name: f for f in (
-    Framework("pytorch", "PyTorch", "modern",
-              "import torch; print(torch.cuda.is_available() and (torch.ones(4, device='cuda') * 2).sum().item() == 8)",
-              f"{_SETUP} (PyTorch's CUDA 13 wheel needs driver 580.65.06 or newer)",
-              module="torch", probe=_torch,
-              process_per_device=True),     # DistributedDataParallel, launched by torchrun (scripts/papermill_rank.py)
-    Framework("tensorflow", "TensorFlow", "modern",
-              "import tensorflow as tf; gpu = bool(tf.config.list_physical_devices('GPU'))\n"
-              "if gpu:\n    with tf.device('/GPU:0'): gpu = float(tf.reduce_sum(tf.ones(4) * 2)) == 8\nprint(gpu)",
-              f"{_SETUP} (TensorFlow's then runs in the `tensorflow` environment, on CUDA 12)", probe=_tensorflow),
-    Framework("keras", "Keras 3", "modern", "", "", compilation="",
-              probe=_keras),   # asks its backend's framework (KERAS_BACKENDS)
-    Framework("jax", "JAX + Flax", "modern",
-              "import jax, jax.numpy as jnp; gpus = [d for d in jax.devices() if d.platform == 'gpu']\n"
-              "print(bool(gpus) and float((jax.device_put(jnp.ones(4), gpus[0]) * 2).sum()) == 8)",
-              f"{_SETUP} (it adds jax[cuda13])", compilation="on", probe=_jax),
-    Framework("mxnet", "MXNet", "legacy",
-              "import mxnet as mx; print(mx.context.num_gpus() > 0 and (mx.nd.ones(4, ctx=mx.gpu(0)) * 2).sum().asscalar() == 8)",
-              "MXNet 1.9.1, its last release, has GPU wheels only up to mxnet-cu117, built for compute capability "
-              "up to 8.6 with CUDA 11.7; this project pins the CPU build in every lock set, so MXNet runs on the CPU",
-              compilation="on", probe=_mxnet),
-    Framework("chainer", "Chainer", "legacy",
-              "import chainer; ok = chainer.backends.cuda.available\n"
-              "if ok:\n    import cupy; ok = float((cupy.ones(4) * 2).sum()) == 8\nprint(ok)",
-              f"{_SETUP} (it adds CuPy for CUDA 11.8)", probe=_chainer),
-)}
+FRAMEWORKS = {
+    f.name: f
+    for f in (
+        Framework(
+            "pytorch",
+            "PyTorch",
+            "modern",
+            "import torch; print(torch.cuda.is_available() and (torch.ones(4, device='cuda') * 2).sum().item() == 8)",
+            f"{_SETUP} (PyTorch's CUDA 13 wheel needs driver 580.65.06 or newer)",
+            module="torch",
+            probe=_torch,
+            process_per_device=True,
+        ),  # DistributedDataParallel, launched by torchrun (scripts/papermill_rank.py)
+        Framework(
+            "tensorflow",
+            "TensorFlow",
+            "modern",
+            "import tensorflow as tf; gpu = bool(tf.config.list_physical_devices('GPU'))\n"
+            "if gpu:\n    with tf.device('/GPU:0'): gpu = float(tf.reduce_sum(tf.ones(4) * 2)) == 8\nprint(gpu)",
+            f"{_SETUP} (TensorFlow's then runs in the `tensorflow` environment, on CUDA 12)",
+            probe=_tensorflow,
+        ),
+        Framework(
+            "keras", "Keras 3", "modern", "", "", compilation="", probe=_keras
+        ),  # asks its backend's framework (KERAS_BACKENDS)
+        Framework(
+            "jax",
+            "JAX + Flax",
+            "modern",
+            "import jax, jax.numpy as jnp; gpus = [d for d in jax.devices() if d.platform == 'gpu']\n"
+            "print(bool(gpus) and float((jax.device_put(jnp.ones(4), gpus[0]) * 2).sum()) == 8)",
+            f"{_SETUP} (it adds jax[cuda13])",
+            compilation="on",
+            probe=_jax,
+        ),
+        Framework(
+            "mxnet",
+            "MXNet",
+            "legacy",
+            "import mxnet as mx; print(mx.context.num_gpus() > 0 and (mx.nd.ones(4, ctx=mx.gpu(0)) * 2).sum().asscalar() == 8)",
+            "MXNet 1.9.1, its last release, has GPU wheels only up to mxnet-cu117, built for compute capability "
+            "up to 8.6 with CUDA 11.7; this project pins the CPU build in every lock set, so MXNet runs on the CPU",
+            compilation="on",
+            probe=_mxnet,
+        ),
+        Framework(
+            "chainer",
+            "Chainer",
+            "legacy",
+            "import chainer; ok = chainer.backends.cuda.available\n"
+            "if ok:\n    import cupy; ok = float((cupy.ones(4) * 2).sum()) == 8\nprint(ok)",
+            f"{_SETUP} (it adds CuPy for CUDA 11.8)",
+            probe=_chainer,
+        ),
+    )
+}
 NAMES = tuple(FRAMEWORKS)
 
 # Keras runs on a backend (its notebooks' `backend` parameter): backend -> the framework whose GPU probe decides,
@@ -158,8 +214,10 @@ def by_module(module: str) -> Framework:
     """The framework whose notebooks import `module` ('torch' -> PyTorch); a ValueError of one line naming it."""
     found = next((f for f in FRAMEWORKS.values() if f.module_name == module), None)
     if found is None:
-        raise ValueError(f"no framework imports the module {module!r}; the frameworks' modules are "
-                         f"{', '.join(f.module_name for f in FRAMEWORKS.values())}")
+        raise ValueError(
+            f"no framework imports the module {module!r}; the frameworks' modules are "
+            f"{', '.join(f.module_name for f in FRAMEWORKS.values())}"
+        )
     return found
 
 

@@ -26,6 +26,7 @@ Standard library only (support.env reads /proc/cpuinfo): support.measure and scr
 scripts/setup_envs.py reads nvidia-smi through it with the user's bare python3, before numpy exists; the frameworks'
 probes are theirs.
 """
+
 from __future__ import annotations
 
 import os
@@ -39,20 +40,44 @@ from support import env
 ISA_VARIABLE = "DLROSETTA_CPU_ISA"
 # x86-64 levels, oldest first: each a set of flags the level needs (avx512: the AVX-512 core oneDNN builds on).
 LEVELS = ("sse4_2", "avx", "avx2", "avx512", "avx512_bf16", "amx")
-_NEEDS = {"sse4_2": {"sse4_2"}, "avx": {"avx"}, "avx2": {"avx2", "fma"},
-          "avx512": {"avx512f", "avx512bw", "avx512vl", "avx512dq"}, "avx512_bf16": {"avx512_bf16"},
-          "amx": {"amx_bf16", "amx_tile"}}
-_LABEL = {"sse4_2": "SSE4.2", "avx": "AVX", "avx2": "AVX2", "avx512": "AVX-512",
-          "avx512_bf16": "AVX-512 with avx512_bf16", "amx": "AMX"}
+_NEEDS = {
+    "sse4_2": {"sse4_2"},
+    "avx": {"avx"},
+    "avx2": {"avx2", "fma"},
+    "avx512": {"avx512f", "avx512bw", "avx512vl", "avx512dq"},
+    "avx512_bf16": {"avx512_bf16"},
+    "amx": {"amx_bf16", "amx_tile"},
+}
+_LABEL = {
+    "sse4_2": "SSE4.2",
+    "avx": "AVX",
+    "avx2": "AVX2",
+    "avx512": "AVX-512",
+    "avx512_bf16": "AVX-512 with avx512_bf16",
+    "amx": "AMX",
+}
 # oneDNN's names for its ISA caps (ONEDNN_MAX_CPU_ISA, DNNL_MAX_CPU_ISA) -> LEVELS; ALL and DEFAULT cap nothing.
-_ONEDNN = {"SSE41": "sse4_2", "AVX": "avx", "AVX2": "avx2", "AVX2_VNNI": "avx2", "AVX2_VNNI_2": "avx2",
-           "AVX512_CORE": "avx512", "AVX512_CORE_VNNI": "avx512", "AVX512_CORE_BF16": "avx512_bf16",
-           "AVX512_CORE_FP16": "avx512_bf16", "AVX10_1_512": "avx512_bf16", "AVX512_CORE_AMX": "amx",
-           "AVX512_CORE_AMX_FP16": "amx", "AVX10_1_512_AMX": "amx", "AVX10_1_512_AMX_FP16": "amx",
-           "AVX10_2_512": "avx512_bf16", "AVX10_2_512_AMX_2": "amx"}
+_ONEDNN = {
+    "SSE41": "sse4_2",
+    "AVX": "avx",
+    "AVX2": "avx2",
+    "AVX2_VNNI": "avx2",
+    "AVX2_VNNI_2": "avx2",
+    "AVX512_CORE": "avx512",
+    "AVX512_CORE_VNNI": "avx512",
+    "AVX512_CORE_BF16": "avx512_bf16",
+    "AVX512_CORE_FP16": "avx512_bf16",
+    "AVX10_1_512": "avx512_bf16",
+    "AVX512_CORE_AMX": "amx",
+    "AVX512_CORE_AMX_FP16": "amx",
+    "AVX10_1_512_AMX": "amx",
+    "AVX10_1_512_AMX_FP16": "amx",
+    "AVX10_2_512": "avx512_bf16",
+    "AVX10_2_512_AMX_2": "amx",
+}
 _CAP_VARIABLES = (ISA_VARIABLE, "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA")
-EMULATION = 10.0          # a bfloat16 probe this many times slower than float32 is emulation, not hardware
-PROBE_N = 256             # the probe's square matmul: about a millisecond in float32 on one core
+EMULATION = 10.0  # a bfloat16 probe this many times slower than float32 is emulation, not hardware
+PROBE_N = 256  # the probe's square matmul: about a millisecond in float32 on one core
 # What the frameworks do with bfloat16 on a CPU without it, measured: PyTorch 2.14's matmul under oneDNN's AVX2 cap
 # 24-83x slower than float32 (this project's Zen 5), on an AVX2 Zen 3 170-600x; MXNet 1.9.1 and TensorFlow 2.21
 # under oneDNN's AVX2 cap stop in their convolutions ("could not create a primitive descriptor").
@@ -92,7 +117,7 @@ def _cap_level(variable: str, value: str) -> str | None:
         if value.lower() not in LEVELS:
             raise ValueError(f"{ISA_VARIABLE}={value!r} is not one of {', '.join(LEVELS)}")
         return value.lower()
-    return _ONEDNN.get(value.upper())      # ALL, DEFAULT or a name of a newer oneDNN: no cap here
+    return _ONEDNN.get(value.upper())  # ALL, DEFAULT or a name of a newer oneDNN: no cap here
 
 
 class Cpu:
@@ -132,8 +157,10 @@ class Cpu:
         """The one line of an unsupported bf16 run, naming the ISA found (and the cap that set it)."""
         needs = "needs avx512_bf16 or AMX" if self.x86 else "needs the bf16 extension"
         if self.cap:
-            return (f"this CPU, capped at {_LABEL[self.level]} by {self.cap} (it has {_LABEL.get(self.own_level, '?')}),"
-                    f" has no bfloat16 arithmetic ({needs}): {detail}")
+            return (
+                f"this CPU, capped at {_LABEL[self.level]} by {self.cap} (it has {_LABEL.get(self.own_level, '?')}),"
+                f" has no bfloat16 arithmetic ({needs}): {detail}"
+            )
         name = _LABEL.get(self.level, platform.machine()) if self.x86 else platform.machine()
         return f"this CPU has no bfloat16 arithmetic ({name}; {needs}): {detail}"
 
@@ -145,8 +172,9 @@ def probe_ratio(matmul: Callable[[str], Callable[[], object]], repeats: int = 3)
     and the fastest calls compared."""
     from support import timing
 
-    best = {dtype: timing.benchmark(matmul(dtype), repeats=repeats, warmup=1)["min_s"]
-            for dtype in ("float32", "bfloat16")}
+    best = {
+        dtype: timing.benchmark(matmul(dtype), repeats=repeats, warmup=1)["min_s"] for dtype in ("float32", "bfloat16")
+    }
     return best["bfloat16"] / max(best["float32"], 1e-9)
 
 
@@ -168,12 +196,17 @@ def cpu_bf16(own: Callable[[], str | None] | None = None, matmul=None, cpu: Cpu 
         return {"native": True, "how": "not measured: no probe"}
     ratio = probe_ratio(matmul)
     if ratio > EMULATION:
-        return {"native": False, "how": f"probe: {ratio:.0f}x float32", "reason": cpu.no_bf16(
-            f"emulated bfloat16 runs about {ratio:.0f} times slower than float32 (a {PROBE_N}x{PROBE_N} matmul)")}
+        return {
+            "native": False,
+            "how": f"probe: {ratio:.0f}x float32",
+            "reason": cpu.no_bf16(
+                f"emulated bfloat16 runs about {ratio:.0f} times slower than float32 (a {PROBE_N}x{PROBE_N} matmul)"
+            ),
+        }
     return {"native": True, "how": f"probe: {ratio:.1f}x float32"}
 
 
-NVIDIA_SMI_TIMEOUT = 30     # seconds: a hung driver gives no GPUs, never a hung run
+NVIDIA_SMI_TIMEOUT = 30  # seconds: a hung driver gives no GPUs, never a hung run
 
 
 def nvidia_smi(*fields: str) -> list[dict[str, str]]:
@@ -186,8 +219,13 @@ def nvidia_smi(*fields: str) -> list[dict[str, str]]:
     if not exe or not fields:
         return []
     try:
-        done = subprocess.run([exe, f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits"],
-                              capture_output=True, text=True, timeout=NVIDIA_SMI_TIMEOUT, check=False)
+        done = subprocess.run(
+            [exe, f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            timeout=NVIDIA_SMI_TIMEOUT,
+            check=False,
+        )
     except (OSError, subprocess.SubprocessError):
         return []
     if done.returncode:
@@ -196,7 +234,7 @@ def nvidia_smi(*fields: str) -> list[dict[str, str]]:
     return [dict(zip(fields, row)) for row in rows if len(row) == len(fields)]
 
 
-GPU_AMPERE = (8, 0)       # TF32 and bfloat16 tensor cores came with Ampere (compute capability 8.0)
+GPU_AMPERE = (8, 0)  # TF32 and bfloat16 tensor cores came with Ampere (compute capability 8.0)
 
 
 def gpu_reason(precision: str, capability: tuple[int, int] | None) -> str | None:
@@ -205,12 +243,15 @@ def gpu_reason(precision: str, capability: tuple[int, int] | None) -> str | None
     if capability is None or precision not in ("tf32", "bf16") or tuple(capability) >= GPU_AMPERE:
         return None
     what = "TF32" if precision == "tf32" else "bfloat16"
-    return (f"this GPU (compute capability {capability[0]}.{capability[1]}) has no {what} tensor cores: "
-            f"they came with compute capability 8.0 (Ampere)")
+    return (
+        f"this GPU (compute capability {capability[0]}.{capability[1]}) has no {what} tensor cores: "
+        f"they came with compute capability 8.0 (Ampere)"
+    )
 
 
-def reason(precision: str, *, gpu: bool, gpu_capability=None, own=None, matmul=None, cpu: Cpu | None = None
-           ) -> str | None:
+def reason(
+    precision: str, *, gpu: bool, gpu_capability=None, own=None, matmul=None, cpu: Cpu | None = None
+) -> str | None:
     """Why this device cannot compute `precision` at hardware speed (None where it can): the one rule for every
     framework. tf32 and fp16 need a GPU; bf16 on a CPU needs its arithmetic (cpu_bf16); on a GPU, gpu_reason."""
     if gpu:
@@ -218,8 +259,10 @@ def reason(precision: str, *, gpu: bool, gpu_capability=None, own=None, matmul=N
     if precision == "tf32":
         return "TF32 is a mode of NVIDIA tensor cores (Ampere and later); a CPU has no TF32 arithmetic"
     if precision == "fp16":
-        return ("float16 mixed precision is for GPUs: this CPU has no float16 arithmetic (no AVX512-FP16 or "
-                "AMX-FP16), so frameworks refuse it or emulate it in float32")
+        return (
+            "float16 mixed precision is for GPUs: this CPU has no float16 arithmetic (no AVX512-FP16 or "
+            "AMX-FP16), so frameworks refuse it or emulate it in float32"
+        )
     if precision == "bf16":
         return cpu_bf16(own, matmul, cpu).get("reason")
     return None
@@ -230,23 +273,32 @@ def kernel_failure(precision: str, error: str | None) -> str | None:
     CPU (ISA_ERRORS: oneDNN has no primitive for it), naming the ISA and keeping the framework's words; else None."""
     if precision == "fp32" or not error or not any(words in error for words in ISA_ERRORS):
         return None
-    return (f"the framework's kernels have no {precision} primitive on this CPU ({Cpu().label()}), and it stopped "
-            f"in them: {' '.join(error.split())[:300]}")
+    return (
+        f"the framework's kernels have no {precision} primitive on this CPU ({Cpu().label()}), and it stopped "
+        f"in them: {' '.join(error.split())[:300]}"
+    )
 
 
 def describe(cpu: Cpu | None = None) -> dict:
     """What a record and the run's metadata say of this CPU: its ISA level, the cap, bfloat16 by its flags."""
     cpu = cpu or Cpu()
     by_flags = cpu.bf16_by_flags()
-    return {"isa": cpu.level or platform.machine(), "isa_label": cpu.label(), "cap": cpu.cap,
-            "bf16": {True: "native", False: "none", None: "measured per framework"}[by_flags]}
+    return {
+        "isa": cpu.level or platform.machine(),
+        "isa_label": cpu.label(),
+        "cap": cpu.cap,
+        "bf16": {True: "native", False: "none", None: "measured per framework"}[by_flags],
+    }
 
 
 def summary(cpu: Cpu | None = None) -> str:
     """One line for measure.start and the runner: 'cpu: AVX-512 with avx512_bf16; fp32 and bf16 at hardware speed'."""
     cpu = cpu or Cpu()
-    bf16 = {True: "fp32 and bf16 at hardware speed", False: "fp32 only (no bfloat16 arithmetic)",
-            None: "fp32; bf16 measured by each framework's probe"}[cpu.bf16_by_flags()]
+    bf16 = {
+        True: "fp32 and bf16 at hardware speed",
+        False: "fp32 only (no bfloat16 arithmetic)",
+        None: "fp32; bf16 measured by each framework's probe",
+    }[cpu.bf16_by_flags()]
     return f"cpu: {cpu.label()}; {bf16}"
 
 
@@ -256,12 +308,23 @@ def caps(isa: str) -> dict:
     (JAX; appended to XLA_FLAGS), below AVX-512 OpenBLAS's kernels (numpy's, which Chainer computes in, and
     MXNet's), and DLROSETTA_CPU_ISA itself."""
     _cap_level(ISA_VARIABLE, isa)
-    onednn = {"sse4_2": "SSE41", "avx": "AVX", "avx2": "AVX2", "avx512": "AVX512_CORE",
-              "avx512_bf16": "AVX512_CORE_BF16", "amx": "AVX512_CORE_AMX"}[isa.lower()]
+    onednn = {
+        "sse4_2": "SSE41",
+        "avx": "AVX",
+        "avx2": "AVX2",
+        "avx512": "AVX512_CORE",
+        "avx512_bf16": "AVX512_CORE_BF16",
+        "amx": "AVX512_CORE_AMX",
+    }[isa.lower()]
     aten = {"sse4_2": "default", "avx": "default", "avx2": "avx2"}.get(isa.lower(), "avx512")
     xla = {"sse4_2": "SSE4_2", "avx": "AVX", "avx2": "AVX2"}.get(isa.lower(), "AVX512")
     flags = " ".join(f for f in os.environ.get("XLA_FLAGS", "").split() if not f.startswith("--xla_cpu_max_isa="))
     openblas = {"sse4_2": "Nehalem", "avx": "Sandybridge", "avx2": "Haswell"}.get(isa.lower())
-    return {ISA_VARIABLE: isa.lower(), "ONEDNN_MAX_CPU_ISA": onednn, "DNNL_MAX_CPU_ISA": onednn,
-            "ATEN_CPU_CAPABILITY": aten, "XLA_FLAGS": f"{flags} --xla_cpu_max_isa={xla}".strip(),
-            **({"OPENBLAS_CORETYPE": openblas} if openblas else {})}
+    return {
+        ISA_VARIABLE: isa.lower(),
+        "ONEDNN_MAX_CPU_ISA": onednn,
+        "DNNL_MAX_CPU_ISA": onednn,
+        "ATEN_CPU_CAPABILITY": aten,
+        "XLA_FLAGS": f"{flags} --xla_cpu_max_isa={xla}".strip(),
+        **({"OPENBLAS_CORETYPE": openblas} if openblas else {}),
+    }

@@ -23,6 +23,7 @@ out_channels * kh * kw. A framework module reads its model's arrays (`stats`) in
 recurrent matrix is orthogonal (a gate's block, stored apart as Chainer does, is checked by its spread alone).
 numpy only.
 """
+
 from __future__ import annotations
 
 import math
@@ -40,9 +41,9 @@ ORTHONORMAL_TOLERANCE = 1e-4
 SCHEMES = {
     "cnn_cifar10": "Glorot uniform weights (convolutions and dense layers), zero biases",
     "gru_imdb": "embedding U(+-0.05); input weights Glorot uniform and recurrent weights orthogonal over the "
-                "stacked gates; dense head Glorot uniform; zero biases",
+    "stacked gates; dense head Glorot uniform; zero biases",
     "densenet_chestxray": "He normal convolutions (fan-in); batch norm scale 1, shift 0; dense head Glorot "
-                          "uniform, zero bias",
+    "uniform, zero bias",
     "resnet50_features": "He normal convolutions (fan-in); batch norm scale 1, shift 0",
 }
 # A one-dimensional array of a batch-normalised network is a batch norm's scale (gamma: 1), shift (beta: 0), running
@@ -58,10 +59,10 @@ def fans(shape, layout: str) -> tuple[int, int]:
     shape = tuple(int(n) for n in shape)
     if len(shape) < 2:
         return shape[0] if shape else 1, shape[0] if shape else 1
-    if layout == "oi":      # (out, in, kh, kw...)
+    if layout == "oi":  # (out, in, kh, kw...)
         field = math.prod(shape[2:])
         return shape[1] * field, shape[0] * field
-    field = math.prod(shape[:-2])   # (kh, kw..., in, out)
+    field = math.prod(shape[:-2])  # (kh, kw..., in, out)
     return shape[-2] * field, shape[-1] * field
 
 
@@ -81,8 +82,14 @@ def stats(arrays: dict, layout: str) -> dict:
     for name, value in arrays.items():
         a = np.asarray(value, dtype=np.float64)
         fan_in, fan_out = fans(a.shape, layout)
-        out[str(name)] = {"shape": list(a.shape), "fan_in": fan_in, "fan_out": fan_out,
-                          "std": float(a.std()), "mean": float(a.mean()), "orthonormality": orthonormality(a)}
+        out[str(name)] = {
+            "shape": list(a.shape),
+            "fan_in": fan_in,
+            "fan_out": fan_out,
+            "std": float(a.std()),
+            "mean": float(a.mean()),
+            "orthonormality": orthonormality(a),
+        }
     return out
 
 
@@ -132,23 +139,34 @@ def check(task: str, found: dict, settings) -> list[str]:
         role, std = _role(task, name, entry, settings)
         if role == "one":
             if entry["std"] != 0.0 or entry["mean"] != 1.0:
-                problems.append(f"{name} {tuple(entry['shape'])}: a batch norm's scale (or running variance) starts "
-                                f"at one, not mean {entry['mean']:.3g} std {entry['std']:.3g}")
+                problems.append(
+                    f"{name} {tuple(entry['shape'])}: a batch norm's scale (or running variance) starts "
+                    f"at one, not mean {entry['mean']:.3g} std {entry['std']:.3g}"
+                )
             continue
         if role == "bias":
             if entry["std"] != 0.0 or entry["mean"] != 0.0:
-                problems.append(f"{name} {tuple(entry['shape'])}: a bias starts at zero, not mean {entry['mean']:.3g} "
-                                f"std {entry['std']:.3g}")
+                problems.append(
+                    f"{name} {tuple(entry['shape'])}: a bias starts at zero, not mean {entry['mean']:.3g} "
+                    f"std {entry['std']:.3g}"
+                )
             continue
         gram = entry.get("orthonormality")
-        if role == "recurrent" and set(entry["shape"]) == {settings.hidden_dim, 3 * settings.hidden_dim} and (
-                gram is None or gram > ORTHONORMAL_TOLERANCE):
+        if (
+            role == "recurrent"
+            and set(entry["shape"]) == {settings.hidden_dim, 3 * settings.hidden_dim}
+            and (gram is None or gram > ORTHONORMAL_TOLERANCE)
+        ):
             # the stacked matrix must be orthogonal: U(+-1/sqrt(h)), PyTorch's default, has the same spread
-            problems.append(f"{name} {tuple(entry['shape'])} (recurrent): not orthogonal (its Gram matrix is "
-                            f"{gram if gram is None else f'{gram:.2g}'} from the identity)")
+            problems.append(
+                f"{name} {tuple(entry['shape'])} (recurrent): not orthogonal (its Gram matrix is "
+                f"{gram if gram is None else f'{gram:.2g}'} from the identity)"
+            )
             continue
         allowed = tolerance(entry["shape"])
         if abs(entry["std"] / std - 1) > allowed or abs(entry["mean"]) > 5 * std / math.sqrt(math.prod(entry["shape"])):
-            problems.append(f"{name} {tuple(entry['shape'])} ({role}): std {entry['std']:.4g}, mean {entry['mean']:.2g}; "
-                            f"the scheme gives std {std:.4g} (within {100 * allowed:.0f}%) and mean 0")
+            problems.append(
+                f"{name} {tuple(entry['shape'])} ({role}): std {entry['std']:.4g}, mean {entry['mean']:.2g}; "
+                f"the scheme gives std {std:.4g} (within {100 * allowed:.0f}%) and mean 0"
+            )
     return problems

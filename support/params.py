@@ -24,6 +24,7 @@ the loaded `settings` (and each record's `params`) show them, and `load` prints 
 uses it to fit the `full` profile into a GPU machine's few minutes; the runner never sets it. A name the
 task's parameters lack, or a value of the wrong kind, is a ValueError of one line naming it and the choices.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -36,6 +37,7 @@ from support.tasks import NAMES, PROFILES
 @dataclass(frozen=True)
 class CNNParams:
     """VGG-style CNN on CIFAR-10, trained with SGD + momentum."""
+
     profile: str
     epochs: int = 10
     batch_size: int = 64
@@ -45,9 +47,9 @@ class CNNParams:
     n_train: int | None = None
     n_test: int | None = None
     warmup_epochs: int = 1
-    warmup_steps: int = 20        # steady-state steps: untimed first (DLPerf skips 20) ...
-    step_repeats: int = 7         # ... then this many repeats ...
-    steps_per_repeat: int = 20    # ... of this many steps
+    warmup_steps: int = 20  # steady-state steps: untimed first (DLPerf skips 20) ...
+    step_repeats: int = 7  # ... then this many repeats ...
+    steps_per_repeat: int = 20  # ... of this many steps
     sweep_budget_s: float = 600  # a batch-size sweep's time (support.timing.sweep; only when one is asked for)
     seed: int = 42
 
@@ -55,6 +57,7 @@ class CNNParams:
 @dataclass(frozen=True)
 class GRUParams:
     """GRU sentiment classifier on IMDB, trained with Adam."""
+
     profile: str
     epochs: int = 3
     batch_size: int = 64
@@ -77,19 +80,20 @@ class GRUParams:
 @dataclass(frozen=True)
 class DenseNetParams:
     """DenseNet-121 on NIH ChestX-ray14 (multi-label, sigmoid outputs), trained with Adam."""
+
     profile: str
     epochs: int = 5
-    batch_size: int = 32          # per device
+    batch_size: int = 32  # per device
     lr: float = 1e-4
     n_labels: int = 14
-    image_size: int = 224         # random crop (train) / centre crop (test) ...
-    resize: int = 264             # ... from images resized to this
+    image_size: int = 224  # random crop (train) / centre crop (test) ...
+    resize: int = 264  # ... from images resized to this
     n_train: int | None = None
     n_test: int | None = None
-    synthetic_px: int = 1024      # side of the PNGs written when real data is absent
-    ram_n_train: int = 2048       # images held in RAM in the "ram" mode (synthetic, no input pipeline)
+    synthetic_px: int = 1024  # side of the PNGs written when real data is absent
+    ram_n_train: int = 2048  # images held in RAM in the "ram" mode (synthetic, no input pipeline)
     ram_n_test: int = 512
-    bn_momentum: float = 0.9      # running stats: new = momentum * old + (1 - momentum) * batch (PyTorch: 1 - this)
+    bn_momentum: float = 0.9  # running stats: new = momentum * old + (1 - momentum) * batch (PyTorch: 1 - this)
     warmup_epochs: int = 1
     warmup_steps: int = 10
     step_repeats: int = 7
@@ -101,10 +105,11 @@ class DenseNetParams:
 @dataclass(frozen=True)
 class ResNetParams:
     """ResNet-50 forward pass to the 2048-d pooled features, in inference mode."""
+
     profile: str
     batch_size: int = 32
-    n_batches: int = 40           # timed batches (at least 7)
-    warmup_batches: int = 3       # untimed batches first (the first is the first step)
+    n_batches: int = 40  # timed batches (at least 7)
+    warmup_batches: int = 3  # untimed batches first (the first is the first step)
     image_size: int = 224
     n_features: int = 2048
     sweep_budget_s: float = 600  # a batch-size sweep's time (support.timing.sweep; only when one is asked for)
@@ -114,23 +119,51 @@ class ResNetParams:
 _PROFILES = {
     "cnn_cifar10": {
         "full": CNNParams("full"),
-        "cpu": CNNParams("cpu", sweep_budget_s=60, epochs=4, n_train=2048, n_test=1000, warmup_steps=3, steps_per_repeat=4),
-        "tiny": CNNParams("tiny", sweep_budget_s=4, epochs=2, batch_size=32, n_train=64, n_test=32, warmup_steps=1,
-                          steps_per_repeat=4),   # PyTorch's initialisation: 15 steps lowered the loss 4% to 6% only
+        "cpu": CNNParams(
+            "cpu", sweep_budget_s=60, epochs=4, n_train=2048, n_test=1000, warmup_steps=3, steps_per_repeat=4
+        ),
+        "tiny": CNNParams(
+            "tiny", sweep_budget_s=4, epochs=2, batch_size=32, n_train=64, n_test=32, warmup_steps=1, steps_per_repeat=4
+        ),  # PyTorch's initialisation: 15 steps lowered the loss 4% to 6% only
     },
     "gru_imdb": {
         "full": GRUParams("full"),
-        "cpu": GRUParams("cpu", sweep_budget_s=60, epochs=4, n_train=2560, n_test=2000, warmup_steps=3, steps_per_repeat=5),
-        "tiny": GRUParams("tiny", sweep_budget_s=4, epochs=2, batch_size=32, n_train=64, n_test=32, warmup_steps=1,
-                          steps_per_repeat=2),
+        "cpu": GRUParams(
+            "cpu", sweep_budget_s=60, epochs=4, n_train=2560, n_test=2000, warmup_steps=3, steps_per_repeat=5
+        ),
+        "tiny": GRUParams(
+            "tiny", sweep_budget_s=4, epochs=2, batch_size=32, n_train=64, n_test=32, warmup_steps=1, steps_per_repeat=2
+        ),
     },
     "densenet_chestxray": {
         "full": DenseNetParams("full"),
-        "cpu": DenseNetParams("cpu", sweep_budget_s=60, epochs=3, batch_size=8, n_train=32, n_test=32,
-                              ram_n_train=32, ram_n_test=32, warmup_steps=2, steps_per_repeat=1),
-        "tiny": DenseNetParams("tiny", sweep_budget_s=4, epochs=2, batch_size=4, image_size=64, resize=72,
-                               n_train=16, n_test=16, synthetic_px=128, ram_n_train=16, ram_n_test=16,
-                               warmup_steps=1, steps_per_repeat=1),
+        "cpu": DenseNetParams(
+            "cpu",
+            sweep_budget_s=60,
+            epochs=3,
+            batch_size=8,
+            n_train=32,
+            n_test=32,
+            ram_n_train=32,
+            ram_n_test=32,
+            warmup_steps=2,
+            steps_per_repeat=1,
+        ),
+        "tiny": DenseNetParams(
+            "tiny",
+            sweep_budget_s=4,
+            epochs=2,
+            batch_size=4,
+            image_size=64,
+            resize=72,
+            n_train=16,
+            n_test=16,
+            synthetic_px=128,
+            ram_n_train=16,
+            ram_n_test=16,
+            warmup_steps=1,
+            steps_per_repeat=1,
+        ),
     },
     "resnet50_features": {
         "full": ResNetParams("full"),
@@ -139,7 +172,7 @@ _PROFILES = {
     },
 }
 
-TASKS = NAMES    # the registry's order; a test checks that _PROFILES covers every task and profile
+TASKS = NAMES  # the registry's order; a test checks that _PROFILES covers every task and profile
 
 
 def resolve_profile(profile: str, gpu: bool) -> str:
@@ -185,8 +218,9 @@ def _convert(name: str, kind: str, text: str):
             return value
     except ValueError:
         wanted = {"int": "a whole number", "float": "a number"}[kind.split()[0]]
-        raise ValueError(f"{OVERRIDE_VARIABLE}: {name}={text!r} is not {wanted}"
-                         f"{' (or none)' if 'None' in kind else ''}") from None
+        raise ValueError(
+            f"{OVERRIDE_VARIABLE}: {name}={text!r} is not {wanted}{' (or none)' if 'None' in kind else ''}"
+        ) from None
     return text
 
 
@@ -217,7 +251,7 @@ def cpu_devices(value) -> int:
     if value == "all":
         return os.cpu_count() or 1
     if isinstance(value, bool) or not isinstance(value, (int, str)) or not str(value).isdigit() or int(value) < 1:
-        raise ValueError(f"devices={value!r}: give a whole number of at least 1, or \"all\"")
+        raise ValueError(f'devices={value!r}: give a whole number of at least 1, or "all"')
     return int(value)
 
 
@@ -229,8 +263,9 @@ def devices(value, gpus: int) -> int:
     if gpus and value == "all":
         return gpus
     if gpus and wanted > gpus:
-        raise ValueError(f"devices={value!r}: the framework sees {gpus} GPU{'s' if gpus > 1 else ''}; "
-                         f"give at most {gpus}, or \"all\"")
+        raise ValueError(
+            f'devices={value!r}: the framework sees {gpus} GPU{"s" if gpus > 1 else ""}; give at most {gpus}, or "all"'
+        )
     return wanted
 
 

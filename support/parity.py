@@ -69,6 +69,7 @@ keras.applications.ResNet50 and MXNet Gluon's resnet50_v1 are ResNet v1 (stride 
 bottleneck's first 1x1 convolution) with biases on their convolutions; Chainer's ResNet50Layers
 max-pools without padding and its batch norm's epsilon is 2e-5; flax.nnx.GRUCell has no b_hn.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -82,20 +83,21 @@ from support.env import cache_dir
 from support.params import CNNParams, GRUParams
 from support.precision import tolerance as precision_tolerance
 
-VERSION = 1            # bump when the weights or inputs change, so cached files are rewritten
+VERSION = 1  # bump when the weights or inputs change, so cached files are rewritten
 TASKS = tuple(name for name, task in tasks.TASKS.items() if task.parity)
-TOLERANCE = precision_tolerance("fp32")   # the relative error every framework should reach in float32
-BN_EPS = 1e-5          # PyTorch's batch norm epsilon (Keras's ResNet50 uses 1.001e-5)
+TOLERANCE = precision_tolerance("fp32")  # the relative error every framework should reach in float32
+BN_EPS = 1e-5  # PyTorch's batch norm epsilon (Keras's ResNet50 uses 1.001e-5)
 SEED = 20240601
-SEED_OFFSET = {"cnn_cifar10": 0, "gru_imdb": 1, "resnet50_features": 2}   # fixed: the files never change
+SEED_OFFSET = {"cnn_cifar10": 0, "gru_imdb": 1, "resnet50_features": 2}  # fixed: the files never change
 
-CNN, GRU = CNNParams("full"), GRUParams("full")     # the model sizes (the same in every profile)
+CNN, GRU = CNNParams("full"), GRUParams("full")  # the model sizes (the same in every profile)
 BATCH = {"cnn_cifar10": 4, "gru_imdb": 4, "resnet50_features": 2}
-RESNET_STAGES = ((64, 3), (128, 4), (256, 6), (512, 3))   # (bottleneck width, blocks) of layer1..layer4
-RESNET_SIZE = 64       # enough for ResNet-50, which pools globally: 64 -> 2x2 maps in layer4
+RESNET_STAGES = ((64, 3), (128, 4), (256, 6), (512, 3))  # (bottleneck width, blocks) of layer1..layer4
+RESNET_SIZE = 64  # enough for ResNet-50, which pools globally: 64 -> 2x2 maps in layer4
 
 
 # --- the layout ------------------------------------------------------------------------------
+
 
 def _bn(name: str, channels: int) -> dict:
     return {f"{name}.{k}": (channels,) for k in ("weight", "bias", "running_mean", "running_var")}
@@ -107,26 +109,44 @@ def layout(task: str) -> dict:
         shapes = {}
         for i, (c_in, c_out) in zip((0, 2, 6, 8), ((3, 50), (50, 50), (50, 100), (100, 100))):
             shapes[f"features.{i}.weight"], shapes[f"features.{i}.bias"] = (c_out, c_in, 3, 3), (c_out,)
-        return {**shapes, "classifier.1.weight": (512, 100 * 8 * 8), "classifier.1.bias": (512,),
-                "classifier.4.weight": (CNN.n_classes, 512), "classifier.4.bias": (CNN.n_classes,)}
+        return {
+            **shapes,
+            "classifier.1.weight": (512, 100 * 8 * 8),
+            "classifier.1.bias": (512,),
+            "classifier.4.weight": (CNN.n_classes, 512),
+            "classifier.4.bias": (CNN.n_classes,),
+        }
     if task == "gru_imdb":
         e, h = GRU.embedding_dim, GRU.hidden_dim
-        return {"embedding.weight": (GRU.vocab_size, e),
-                "gru.weight_ih_l0": (3 * h, e), "gru.weight_hh_l0": (3 * h, h),
-                "gru.bias_ih_l0": (3 * h,), "gru.bias_hh_l0": (3 * h,),
-                "fc.weight": (GRU.n_classes, h), "fc.bias": (GRU.n_classes,)}
+        return {
+            "embedding.weight": (GRU.vocab_size, e),
+            "gru.weight_ih_l0": (3 * h, e),
+            "gru.weight_hh_l0": (3 * h, h),
+            "gru.bias_ih_l0": (3 * h,),
+            "gru.bias_hh_l0": (3 * h,),
+            "fc.weight": (GRU.n_classes, h),
+            "fc.bias": (GRU.n_classes,),
+        }
     if task == "resnet50_features":
         shapes = {"conv1.weight": (64, 3, 7, 7), **_bn("bn1", 64)}
         c_in = 64
         for stage, (width, blocks) in enumerate(RESNET_STAGES, start=1):
             for b in range(blocks):
                 p = f"layer{stage}.{b}"
-                shapes.update({f"{p}.conv1.weight": (width, c_in, 1, 1), **_bn(f"{p}.bn1", width),
-                               f"{p}.conv2.weight": (width, width, 3, 3), **_bn(f"{p}.bn2", width),
-                               f"{p}.conv3.weight": (4 * width, width, 1, 1), **_bn(f"{p}.bn3", 4 * width)})
+                shapes.update(
+                    {
+                        f"{p}.conv1.weight": (width, c_in, 1, 1),
+                        **_bn(f"{p}.bn1", width),
+                        f"{p}.conv2.weight": (width, width, 3, 3),
+                        **_bn(f"{p}.bn2", width),
+                        f"{p}.conv3.weight": (4 * width, width, 1, 1),
+                        **_bn(f"{p}.bn3", 4 * width),
+                    }
+                )
                 if b == 0:
-                    shapes.update({f"{p}.downsample.0.weight": (4 * width, c_in, 1, 1),
-                                   **_bn(f"{p}.downsample.1", 4 * width)})
+                    shapes.update(
+                        {f"{p}.downsample.0.weight": (4 * width, c_in, 1, 1), **_bn(f"{p}.downsample.1", 4 * width)}
+                    )
                 c_in = 4 * width
         return shapes
     raise ValueError(f"no parity weights for {task!r}; choose from: {', '.join(TASKS)}")
@@ -139,6 +159,7 @@ def n_parameters(task: str) -> int:
 
 # --- the weights and the input batch ----------------------------------------------------------
 
+
 def _draw(name: str, shape: tuple, rng) -> np.ndarray:
     """One array, scaled so that activations stay O(1)."""
     module, kind = name.rsplit(".", 1)
@@ -146,16 +167,16 @@ def _draw(name: str, shape: tuple, rng) -> np.ndarray:
         return 0.1 * rng.standard_normal(shape)
     if kind == "running_var":
         return rng.uniform(0.5, 2.0, shape)
-    if module.endswith("bn3"):        # a bottleneck's last batch norm: small, so the residual sum grows slowly
+    if module.endswith("bn3"):  # a bottleneck's last batch norm: small, so the residual sum grows slowly
         return rng.uniform(0.1, 0.3, shape) if kind == "weight" else 0.05 * rng.standard_normal(shape)
     if module.split(".")[-1].startswith("bn") or module.endswith("downsample.1"):
         return rng.uniform(0.5, 1.5, shape) if kind == "weight" else 0.1 * rng.standard_normal(shape)
     if module == "embedding":
         return rng.standard_normal(shape)
-    if len(shape) == 1:               # the biases of convolutions, dense layers and the GRU
+    if len(shape) == 1:  # the biases of convolutions, dense layers and the GRU
         return 0.1 * rng.standard_normal(shape)
     fan_in = int(np.prod(shape[1:]))
-    gain = 2.0 if len(shape) == 4 else 1.0    # He for the ReLU convolutions, LeCun for dense and GRU matrices
+    gain = 2.0 if len(shape) == 4 else 1.0  # He for the ReLU convolutions, LeCun for dense and GRU matrices
     return np.sqrt(gain / fan_in) * rng.standard_normal(shape)
 
 
@@ -165,15 +186,15 @@ def make(task: str) -> tuple[dict, np.ndarray]:
     weights = {name: _draw(name, shape, rng).astype(np.float32) for name, shape in layout(task).items()}
     n = BATCH[task]
     if task == "gru_imdb":
-        x = rng.randint(3, GRU.vocab_size, size=(n, GRU.max_len))   # word indices from 3, as the loader's
-        x[0, -1], x[1, -20] = GRU.vocab_size - 1, 2                 # the last embedding row; out of vocabulary
+        x = rng.randint(3, GRU.vocab_size, size=(n, GRU.max_len))  # word indices from 3, as the loader's
+        x[0, -1], x[1, -20] = GRU.vocab_size - 1, 2  # the last embedding row; out of vocabulary
         for i, length in enumerate((GRU.max_len, 100, 30, 5)[:n]):
-            x[i, :GRU.max_len - length] = 0                         # front padding
-            x[i, GRU.max_len - length] = 1                          # the start token
+            x[i, : GRU.max_len - length] = 0  # front padding
+            x[i, GRU.max_len - length] = 1  # the start token
         x = x.astype(np.int32)
     else:
         size = 32 if task == "cnn_cifar10" else RESNET_SIZE
-        x = rng.standard_normal((n, 3, size, size)).astype(np.float32)   # like standardised images
+        x = rng.standard_normal((n, 3, size, size)).astype(np.float32)  # like standardised images
     return weights, x
 
 
@@ -183,7 +204,7 @@ def path(task: str) -> Path:
 
 def _write(target: Path, task: str) -> None:
     weights, x = make(task)
-    with open(target, "wb") as f:               # a file object: np.savez would append .npz to a name
+    with open(target, "wb") as f:  # a file object: np.savez would append .npz to a name
         np.savez(f, x=x, **weights)
 
 
@@ -197,6 +218,7 @@ def load(task: str) -> tuple[dict, np.ndarray]:
 
 
 # --- the reference forward pass --------------------------------------------------------------
+
 
 def relu(x):
     return np.maximum(x, 0)
@@ -214,7 +236,7 @@ def conv2d(x, w, b=None, stride=1, padding=0):
     """
     x = np.pad(x, ((0, 0), (0, 0), (padding, padding), (padding, padding)))
     windows = sliding_window_view(x, w.shape[2:], axis=(2, 3))[:, :, ::stride, ::stride]  # N, C, H', W', kh, kw
-    y = np.tensordot(windows, w, axes=([1, 4, 5], [1, 2, 3])).transpose(0, 3, 1, 2)      # N, O, H', W'
+    y = np.tensordot(windows, w, axes=([1, 4, 5], [1, 2, 3])).transpose(0, 3, 1, 2)  # N, O, H', W'
     return y if b is None else y + b[:, None, None]
 
 
@@ -235,24 +257,24 @@ def cnn(w, x):
     for i in (0, 2, 6, 8):
         x = relu(conv2d(x, w[f"features.{i}.weight"], w[f"features.{i}.bias"], padding=1))
         if i in (2, 8):
-            x = max_pool(x, 2, 2)                 # dropout follows: the identity in evaluation mode
-    x = x.reshape(len(x), -1)                     # flatten in (C, H, W) order
+            x = max_pool(x, 2, 2)  # dropout follows: the identity in evaluation mode
+    x = x.reshape(len(x), -1)  # flatten in (C, H, W) order
     x = relu(x @ w["classifier.1.weight"].T + w["classifier.1.bias"])
     return x @ w["classifier.4.weight"].T + w["classifier.4.bias"]
 
 
 def gru(w, tokens):
-    e = w["embedding.weight"][tokens]                                # (N, T, E)
+    e = w["embedding.weight"][tokens]  # (N, T, E)
     hidden = w["gru.weight_hh_l0"].shape[1]
-    input_part = e @ w["gru.weight_ih_l0"].T + w["gru.bias_ih_l0"]   # the input's share of all gates, all steps
+    input_part = e @ w["gru.weight_ih_l0"].T + w["gru.bias_ih_l0"]  # the input's share of all gates, all steps
     h = np.zeros((len(tokens), hidden))
     for t in range(tokens.shape[1]):
         ir, iz, i_n = np.split(input_part[:, t], 3, axis=1)
         hr, hz, hn = np.split(h @ w["gru.weight_hh_l0"].T + w["gru.bias_hh_l0"], 3, axis=1)
         r, z = sigmoid(ir + hr), sigmoid(iz + hz)
-        n = np.tanh(i_n + r * hn)                 # the reset gate after the recurrent matmul, bias included
+        n = np.tanh(i_n + r * hn)  # the reset gate after the recurrent matmul, bias included
         h = (1 - z) * n + z * h
-    return h @ w["fc.weight"].T + w["fc.bias"]   # the last time step's output is the final state
+    return h @ w["fc.weight"].T + w["fc.bias"]  # the last time step's output is the final state
 
 
 def resnet50(w, x):
@@ -264,10 +286,10 @@ def resnet50(w, x):
             y = relu(batch_norm(conv2d(x, w[f"{p}.conv1.weight"]), w, f"{p}.bn1"))
             y = relu(batch_norm(conv2d(y, w[f"{p}.conv2.weight"], stride=stride, padding=1), w, f"{p}.bn2"))
             y = batch_norm(conv2d(y, w[f"{p}.conv3.weight"]), w, f"{p}.bn3")
-            if b == 0:                            # the shortcut changes shape: a strided 1x1 projection
+            if b == 0:  # the shortcut changes shape: a strided 1x1 projection
                 x = batch_norm(conv2d(x, w[f"{p}.downsample.0.weight"], stride=stride), w, f"{p}.downsample.1")
             x = relu(y + x)
-    return x.mean(axis=(2, 3))                    # global average pool -> (N, 2048)
+    return x.mean(axis=(2, 3))  # global average pool -> (N, 2048)
 
 
 def reference(task: str, weights: dict, x: np.ndarray) -> np.ndarray:
@@ -293,8 +315,14 @@ def relative_error(outputs, reference) -> float:
 def compare(task: str, outputs, weights: dict, x: np.ndarray, precision: str = "fp32") -> dict:
     """A notebook's parity verdict: its outputs against `reference()`, printed in one line, and the
     fields its record carries (`records.write(..., extra=compare(...))`)."""
-    return agree("parity", outputs, reference(task, weights, x), against=" from the numpy reference",
-                 scale="features" if task == "resnet50_features" else "logits", precision=precision)
+    return agree(
+        "parity",
+        outputs,
+        reference(task, weights, x),
+        against=" from the numpy reference",
+        scale="features" if task == "resnet50_features" else "logits",
+        precision=precision,
+    )
 
 
 def agree(check: str, outputs, expected, *, against: str = "", scale: str = "outputs", precision: str = "fp32") -> dict:
@@ -304,8 +332,10 @@ def agree(check: str, outputs, expected, *, against: str = "", scale: str = "out
     `{check: {"max_rel_error": ..., "tolerance": ...}}`; the tolerance is the one of the precision the
     outputs were computed in (support.precision.TOLERANCE; `TOLERANCE` for float32)."""
     error, tolerance = relative_error(outputs, expected), precision_tolerance(precision)
-    print(f"{check}: largest deviation{against} {error:.1e} of the {scale}' scale "
-          f"({'within' if error < tolerance else 'OUTSIDE'} the {precision} tolerance {tolerance:g})")
+    print(
+        f"{check}: largest deviation{against} {error:.1e} of the {scale}' scale "
+        f"({'within' if error < tolerance else 'OUTSIDE'} the {precision} tolerance {tolerance:g})"
+    )
     return {check: {"max_rel_error": error, "tolerance": tolerance, "outputs_shape": list(np.shape(outputs))}}
 
 
@@ -323,8 +353,9 @@ DATA_PARALLEL_REFERENCES = {
 DATA_PARALLEL_TOLERANCE = 1e-2
 
 
-def data_parallel(several: dict, one: dict, before: dict, *, devices: int, batch_norm: str,
-                  precision: str = "fp32") -> dict:
+def data_parallel(
+    several: dict, one: dict, before: dict, *, devices: int, batch_norm: str, precision: str = "fp32"
+) -> dict:
     """Data parallelism's check: the trainable parameters after one training step on `devices` devices
     (`several`) against the same step on one device (`one`), both from the weights `before` and on the same
     global batch, each a dict name -> array.
@@ -346,20 +377,34 @@ def data_parallel(several: dict, one: dict, before: dict, *, devices: int, batch
         if sorted(params) != names:
             odd = sorted(set(params) ^ set(names))
             raise ValueError(f"the {what} parameters differ in name from the weights before the step: {odd[:3]}")
-    as64 = {k: {name: np.asarray(p[name], dtype=np.float64) for name in names}
-            for k, p in (("several", several), ("one", one), ("before", before))}
+    as64 = {
+        k: {name: np.asarray(p[name], dtype=np.float64) for name in names}
+        for k, p in (("several", several), ("one", one), ("before", before))
+    }
     for name in names:
         if not (as64["several"][name].shape == as64["one"][name].shape == as64["before"][name].shape):
-            raise ValueError(f"parameter {name!r}: shapes {as64['several'][name].shape} (several devices), "
-                             f"{as64['one'][name].shape} (one), {as64['before'][name].shape} (before) differ")
+            raise ValueError(
+                f"parameter {name!r}: shapes {as64['several'][name].shape} (several devices), "
+                f"{as64['one'][name].shape} (one), {as64['before'][name].shape} (before) differ"
+            )
     difference = max(float(np.abs(as64["several"][n] - as64["one"][n]).max()) for n in names)
     update = max(float(np.abs(as64["one"][n] - as64["before"][n]).max()) for n in names)
     error = float(difference / (update + np.finfo(np.float64).tiny))
     tolerance = max(DATA_PARALLEL_TOLERANCE, precision_tolerance(precision))
-    print(f"data parallel: one step on {devices} devices against one device ({batch_norm} batch norm): "
-          f"largest parameter difference {difference:.1e}, {error:.1e} of the largest update "
-          f"({'within' if error < tolerance else 'OUTSIDE'} the {precision} tolerance {tolerance:g})")
-    return {"data_parallel": {"devices": int(devices), "batch_norm": batch_norm,
-                              "reference": DATA_PARALLEL_REFERENCES[batch_norm], "max_abs_diff": difference,
-                              "max_update": update, "max_rel_error": error, "tolerance": tolerance,
-                              "n_tensors": len(names)}}
+    print(
+        f"data parallel: one step on {devices} devices against one device ({batch_norm} batch norm): "
+        f"largest parameter difference {difference:.1e}, {error:.1e} of the largest update "
+        f"({'within' if error < tolerance else 'OUTSIDE'} the {precision} tolerance {tolerance:g})"
+    )
+    return {
+        "data_parallel": {
+            "devices": int(devices),
+            "batch_norm": batch_norm,
+            "reference": DATA_PARALLEL_REFERENCES[batch_norm],
+            "max_abs_diff": difference,
+            "max_update": update,
+            "max_rel_error": error,
+            "tolerance": tolerance,
+            "n_tensors": len(names),
+        }
+    }

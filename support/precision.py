@@ -23,6 +23,7 @@ It imports support.frameworks only (standard library): records imports it, never
         records.stop(record_path, reason, task=..., framework=..., params=settings, environment=info,
                        precision=precision, compilation=compilation)
 """
+
 from __future__ import annotations
 
 from support import frameworks as _frameworks

@@ -8,6 +8,7 @@ Schema, docs/record.schema.json, with a description of every field; `validate` c
 against it (jsonschema) and then the few rules that cross fields, so a malformed record is refused
 with one line naming the field, never a TypeError further on.
 """
+
 from __future__ import annotations
 
 import functools
@@ -20,7 +21,8 @@ import jsonschema
 from support import env, flops, tasks
 from support.files import atomic_write
 from support.params import as_dict
-from support.precision import STATUSES as STOPPED, Unsupported
+from support.precision import STATUSES as STOPPED
+from support.precision import Unsupported
 from support.timing import describe
 
 # Schema 2 adds what a benchmark-grade row needs: the steady-state steps, the first step and the
@@ -29,7 +31,7 @@ from support.timing import describe
 # Records of every earlier schema are still read; their rows show the later columns empty.
 SCHEMA = 3
 SCHEMAS = (1, 2, 3)
-STATUSES = ("ok", "failed", "timeout") + STOPPED     # STOPPED: a combination that cannot run (support.precision)
+STATUSES = ("ok", "failed", "timeout") + STOPPED  # STOPPED: a combination that cannot run (support.precision)
 DATA_KINDS = ("real", "synthetic")
 # The metric each task's table shows beside the time (None: the task measures speed only).
 METRICS = {name: task.metric for name, task in tasks.TASKS.items()}
@@ -65,7 +67,8 @@ def _validator() -> jsonschema.protocols.Validator:
     Python's json writes them (it would write NaN, and 1.0 is a float here)."""
     base = jsonschema.Draft202012Validator
     checker = base.TYPE_CHECKER.redefine("number", lambda _, value: _number(value)).redefine(
-        "integer", lambda _, value: _integer(value))
+        "integer", lambda _, value: _integer(value)
+    )
     return jsonschema.validators.extend(base, type_checker=checker)(schema())
 
 
@@ -97,11 +100,17 @@ def _wanted(subschema: dict) -> str:
             words += f" >= {subschema['minimum']}"
     elif kind == "array":
         item = subschema.get("items", {}).get("type")
-        words = "a list" + (f" of {_PLURALS[item]}" if item in _PLURALS else "") + (
-            " (at least one)" if subschema.get("minItems") else "")
+        words = (
+            "a list"
+            + (f" of {_PLURALS[item]}" if item in _PLURALS else "")
+            + (" (at least one)" if subschema.get("minItems") else "")
+        )
     else:
-        words = {"string": "a non-empty string" if subschema.get("minLength") else "a string",
-                 "boolean": "true or false", "object": "an object"}.get(kind, "valid")
+        words = {
+            "string": "a non-empty string" if subschema.get("minLength") else "a string",
+            "boolean": "true or false",
+            "object": "an object",
+        }.get(kind, "valid")
     return words + or_null
 
 
@@ -119,10 +128,12 @@ def _message(error: jsonschema.ValidationError, record) -> str:
     where = _where(path) or "record"
     if not path and error.validator == "type":
         return f"a record is a JSON object, not {_kind(instance)}"
-    if error.absolute_schema_path[0] == "else":     # a record that did not end ok: its `error` is missing or empty
+    if error.absolute_schema_path[0] == "else":  # a record that did not end ok: its `error` is missing or empty
         status = record["status"]
-        return (f"a {status.replace('_', ' ')} record must say its "
-                f"{'error' if status in ('failed', 'timeout') else 'reason (error)'}")
+        return (
+            f"a {status.replace('_', ' ')} record must say its "
+            f"{'error' if status in ('failed', 'timeout') else 'reason (error)'}"
+        )
     if error.validator == "required":
         return f"{where} lacks {', '.join(key for key in error.validator_value if key not in instance)}"
     if error.validator == "additionalProperties":
@@ -152,15 +163,21 @@ def validate(record) -> dict:
     if task.metric and not _number(record["metrics"].get(task.metric)):
         raise RecordError(f"{task.name} records need metrics[{task.metric!r}] as a number")
     if record["schema"] >= 2:
-        needed = ["first_step_s", "memory", "flops"] + (["steps"] if task.unit == "epoch" else []) + (
-            ["curve"] if task.metric else [])
+        needed = (
+            ["first_step_s", "memory", "flops"]
+            + (["steps"] if task.unit == "epoch" else [])
+            + (["curve"] if task.metric else [])
+        )
         missing = [key for key in needed if key not in record]
         if missing:
             raise RecordError(f"record lacks {', '.join(missing)}")
-        if task.metric and not math.isclose(record["curve"][-1], record["metrics"][task.metric], rel_tol=1e-6,
-                                            abs_tol=1e-9):
-            raise RecordError(f"curve ends at {record['curve'][-1]!r}, not at the final {task.metric} "
-                              f"{record['metrics'][task.metric]!r}")
+        if task.metric and not math.isclose(
+            record["curve"][-1], record["metrics"][task.metric], rel_tol=1e-6, abs_tol=1e-9
+        ):
+            raise RecordError(
+                f"curve ends at {record['curve'][-1]!r}, not at the final {task.metric} "
+                f"{record['metrics'][task.metric]!r}"
+            )
     for name in ("timing", "steps"):
         laps, n = record.get(name, {}).get("laps_s"), record.get(name, {}).get("n")
         if laps is not None and len(laps) != n:
@@ -168,11 +185,28 @@ def validate(record) -> dict:
     return record
 
 
-def write(path, *, task: str, framework: str, params, data: str, timing: dict, metrics: dict,
-          n_parameters: int, environment: dict, first_step_s: float, compile_s: float | None = None,
-          steps: dict | None = None, curve: list | None = None, device_peak_bytes: int | None = None,
-          precision: str = "fp32", compilation: str = "off", sweep: dict | None = None, variant: str = "",
-          extra: dict | None = None) -> dict:
+def write(
+    path,
+    *,
+    task: str,
+    framework: str,
+    params,
+    data: str,
+    timing: dict,
+    metrics: dict,
+    n_parameters: int,
+    environment: dict,
+    first_step_s: float,
+    compile_s: float | None = None,
+    steps: dict | None = None,
+    curve: list | None = None,
+    device_peak_bytes: int | None = None,
+    precision: str = "fp32",
+    compilation: str = "off",
+    sweep: dict | None = None,
+    variant: str = "",
+    extra: dict | None = None,
+) -> dict:
     """Validate and write the record of a successful run; with path None, only print it.
 
     timing: the end-to-end laps (`Stopwatch.summary()`: epochs, or batches for inference);
@@ -187,18 +221,33 @@ def write(path, *, task: str, framework: str, params, data: str, timing: dict, m
     """
     if task not in tasks.TASKS:
         raise RecordError(f"unknown task {task!r}")
-    record = {"schema": SCHEMA, "task": task, "framework": framework, "variant": variant, "status": "ok",
-              "profile": params.profile, "data": data, "params": as_dict(params), "timing": timing,
-              "metrics": metrics, "n_parameters": int(n_parameters), "environment": environment,
-              "precision": precision, "compilation": compilation,
-              "first_step_s": float(first_step_s), "compile_s": None if compile_s is None else float(compile_s),
-              "memory": {"host_peak_bytes": env.peak_host_memory(),
-                         "device_peak_bytes": None if device_peak_bytes is None else int(device_peak_bytes)},
-              "flops": flops.per_sample(task, params),
-              **({"steps": steps} if steps is not None else {}),
-              **({"curve": [float(v) for v in curve]} if curve is not None else {}),
-              **({"sweep": sweep} if sweep else {}),
-              **(extra or {})}
+    record = {
+        "schema": SCHEMA,
+        "task": task,
+        "framework": framework,
+        "variant": variant,
+        "status": "ok",
+        "profile": params.profile,
+        "data": data,
+        "params": as_dict(params),
+        "timing": timing,
+        "metrics": metrics,
+        "n_parameters": int(n_parameters),
+        "environment": environment,
+        "precision": precision,
+        "compilation": compilation,
+        "first_step_s": float(first_step_s),
+        "compile_s": None if compile_s is None else float(compile_s),
+        "memory": {
+            "host_peak_bytes": env.peak_host_memory(),
+            "device_peak_bytes": None if device_peak_bytes is None else int(device_peak_bytes),
+        },
+        "flops": flops.per_sample(task, params),
+        **({"steps": steps} if steps is not None else {}),
+        **({"curve": [float(v) for v in curve]} if curve is not None else {}),
+        **({"sweep": sweep} if sweep else {}),
+        **(extra or {}),
+    }
     validate(record)
     shown = ", ".join(f"{k} {v:.4f}" for k, v in metrics.items() if isinstance(v, float))
     how = f" [{precision}, compilation {compilation}]"
@@ -216,40 +265,107 @@ def _save(path, record: dict) -> dict:
     return record
 
 
-def failed(task: str, framework: str, variant: str, profile: str, machine: str, status: str, error: str,
-           matrix: dict | None = None) -> dict:
+def failed(
+    task: str,
+    framework: str,
+    variant: str,
+    profile: str,
+    machine: str,
+    status: str,
+    error: str,
+    matrix: dict | None = None,
+) -> dict:
     """The record a runner writes for a notebook that left none (it failed, timed out or was killed): the
     run's names, its status and the one-line `error`; no timing, no metrics."""
     import time
 
-    return {"schema": SCHEMA, "task": task, "framework": framework, "variant": variant, "status": status,
-            "profile": profile, "data": None, "params": {}, "timing": {}, "metrics": {}, "n_parameters": None,
-            "environment": {"machine": machine, "date": time.strftime("%Y-%m-%dT%H:%M:%S%z")},
-            "matrix": matrix or {}, "error": error}
+    return {
+        "schema": SCHEMA,
+        "task": task,
+        "framework": framework,
+        "variant": variant,
+        "status": status,
+        "profile": profile,
+        "data": None,
+        "params": {},
+        "timing": {},
+        "metrics": {},
+        "n_parameters": None,
+        "environment": {"machine": machine, "date": time.strftime("%Y-%m-%dT%H:%M:%S%z")},
+        "matrix": matrix or {},
+        "error": error,
+    }
 
 
-def write_stopped(path, *, task: str, framework: str, params, environment: dict, precision: str, compilation: str,
-                  status: str, reason: str, variant: str = "") -> dict:
+def write_stopped(
+    path,
+    *,
+    task: str,
+    framework: str,
+    params,
+    environment: dict,
+    precision: str,
+    compilation: str,
+    status: str,
+    reason: str,
+    variant: str = "",
+) -> dict:
     """The record of a run that a precision or compilation it cannot run stopped (support.precision.stop):
     its status ('unsupported' or 'not_applicable') and the reason in `error`. With path None, only printed."""
-    record = {"schema": SCHEMA, "task": task, "framework": framework, "variant": variant, "status": status,
-              "profile": params.profile, "data": None, "params": as_dict(params), "timing": {}, "metrics": {},
-              "n_parameters": None, "environment": environment, "precision": precision,
-              "compilation": compilation, "error": reason}
+    record = {
+        "schema": SCHEMA,
+        "task": task,
+        "framework": framework,
+        "variant": variant,
+        "status": status,
+        "profile": params.profile,
+        "data": None,
+        "params": as_dict(params),
+        "timing": {},
+        "metrics": {},
+        "n_parameters": None,
+        "environment": environment,
+        "precision": precision,
+        "compilation": compilation,
+        "error": reason,
+    }
     validate(record)
-    print(f"{task} / {framework}{' / ' + variant if variant else ''}: {status.replace('_', ' ')} "
-          f"({precision}, compilation {compilation}): {reason}")
+    print(
+        f"{task} / {framework}{' / ' + variant if variant else ''}: {status.replace('_', ' ')} "
+        f"({precision}, compilation {compilation}): {reason}"
+    )
     return _save(path, record)
 
 
-def stop(path, reason: str, *, task: str, framework: str, params, environment: dict, precision: str,
-         compilation: str, status: str = "unsupported", variant: str = ""):
+def stop(
+    path,
+    reason: str,
+    *,
+    task: str,
+    framework: str,
+    params,
+    environment: dict,
+    precision: str,
+    compilation: str,
+    status: str = "unsupported",
+    variant: str = "",
+):
     """Write the record of a combination that cannot run (with `path` None, only say so), then raise
     support.precision.Unsupported, which ends the notebook: nothing runs as something it was not asked to be."""
     if status not in STOPPED:
         raise ValueError(f"status {status!r} is not one of {', '.join(STOPPED)}")
-    write_stopped(path, task=task, framework=framework, params=params, environment=environment,
-                  precision=precision, compilation=compilation, status=status, reason=reason, variant=variant)
+    write_stopped(
+        path,
+        task=task,
+        framework=framework,
+        params=params,
+        environment=environment,
+        precision=precision,
+        compilation=compilation,
+        status=status,
+        reason=reason,
+        variant=variant,
+    )
     raise Unsupported(f"{status.replace('_', ' ')}: {reason}")
 
 

@@ -7,6 +7,7 @@ support.parity (which tasks have a parity step), the runner (what to pass to a n
 report (titles, columns, the accuracy band) and the tests. Adding a task is an entry here, its
 parameters in support/params.py, its loader in support/data.py, and notebooks/<name>/.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -18,23 +19,23 @@ COMMON_PARAMETERS = ("profile", "record_path")
 # ... and these, the variants the runner's matrix sets (--precision, --compilation, --batch-size; support.precision,
 # support.timing.sweep); a run that leaves them at their defaults is the baseline.
 VARIANT_PARAMETERS = {"precision": "fp32", "compilation": "auto", "batch_sizes": ""}
-DEVICES_DEFAULT = 1     # the `devices` of a task that trains on several (Task.parallel): 1 is its baseline
+DEVICES_DEFAULT = 1  # the `devices` of a task that trains on several (Task.parallel): 1 is its baseline
 
 
 @dataclass(frozen=True)
 class Task:
-    name: str                   # the folder under notebooks/, the `task` of a record
-    title: str                  # headings of results.md and the reader's pages
-    short: str                  # the README table's column head
-    unit: str                   # what one timing lap is: "epoch" (training) or "batch" (inference)
-    metric: str | None          # the quality metric a record must carry; None: the task measures speed only
-    parameters: tuple           # the papermill parameters its notebooks declare beyond COMMON_PARAMETERS
-    parity: bool = False        # whether its notebooks have the parity step (support.parity)
-    band: float | None = None   # how far a framework's metric may sit from the median of the frameworks'
-    band_profiles: tuple = PROFILES   # the profiles at which the band is checked
-    modes: tuple = ()           # values of its `mode` parameter: each notebook runs once per mode
-    metric_modes: tuple = ()    # the modes whose metric the README table shows (default: all)
-    sweep_modes: tuple = ()     # the modes whose run gets a batch-size sweep beside it (default: all)
+    name: str  # the folder under notebooks/, the `task` of a record
+    title: str  # headings of results.md and the reader's pages
+    short: str  # the README table's column head
+    unit: str  # what one timing lap is: "epoch" (training) or "batch" (inference)
+    metric: str | None  # the quality metric a record must carry; None: the task measures speed only
+    parameters: tuple  # the papermill parameters its notebooks declare beyond COMMON_PARAMETERS
+    parity: bool = False  # whether its notebooks have the parity step (support.parity)
+    band: float | None = None  # how far a framework's metric may sit from the median of the frameworks'
+    band_profiles: tuple = PROFILES  # the profiles at which the band is checked
+    modes: tuple = ()  # values of its `mode` parameter: each notebook runs once per mode
+    metric_modes: tuple = ()  # the modes whose metric the README table shows (default: all)
+    sweep_modes: tuple = ()  # the modes whose run gets a batch-size sweep beside it (default: all)
 
     @property
     def headline(self) -> str:
@@ -64,19 +65,46 @@ class Task:
         return heads
 
 
-TASKS = {task.name: task for task in (
-    Task("cnn_cifar10", "VGG-style CNN on CIFAR-10", "CNN", "epoch", "accuracy",
-         parameters=("data", "parity"), parity=True, band=0.05),
-    Task("densenet_chestxray", "DenseNet-121 on ChestX-ray14", "DenseNet-121", "epoch", "auc",
-         parameters=("data", "mode", "devices"), band=0.05,
-         band_profiles=("full",),     # the smaller profiles score 32 to 64 test images: too few for an AUC
-         modes=("loader", "ram"), metric_modes=("loader",),
-         sweep_modes=("ram",)),     # the sweep holds one batch in memory in either mode: run it once
-    Task("resnet50_features", "ResNet-50 feature extraction", "ResNet-50", "batch", None,
-         parameters=("parity",), parity=True),
-    Task("gru_imdb", "GRU on IMDB", "GRU", "epoch", "accuracy",
-         parameters=("data", "parity"), parity=True, band=0.05),
-)}
+TASKS = {
+    task.name: task
+    for task in (
+        Task(
+            "cnn_cifar10",
+            "VGG-style CNN on CIFAR-10",
+            "CNN",
+            "epoch",
+            "accuracy",
+            parameters=("data", "parity"),
+            parity=True,
+            band=0.05,
+        ),
+        Task(
+            "densenet_chestxray",
+            "DenseNet-121 on ChestX-ray14",
+            "DenseNet-121",
+            "epoch",
+            "auc",
+            parameters=("data", "mode", "devices"),
+            band=0.05,
+            band_profiles=("full",),  # the smaller profiles score 32 to 64 test images: too few for an AUC
+            modes=("loader", "ram"),
+            metric_modes=("loader",),
+            sweep_modes=("ram",),
+        ),  # the sweep holds one batch in memory in either mode: run it once
+        Task(
+            "resnet50_features",
+            "ResNet-50 feature extraction",
+            "ResNet-50",
+            "batch",
+            None,
+            parameters=("parity",),
+            parity=True,
+        ),
+        Task(
+            "gru_imdb", "GRU on IMDB", "GRU", "epoch", "accuracy", parameters=("data", "parity"), parity=True, band=0.05
+        ),
+    )
+}
 NAMES = tuple(TASKS)
 
 

@@ -19,11 +19,12 @@ asynchronously pass their synchronisation (`torch.cuda.synchronize`, `mx.nd.wait
             train_one_epoch()
     epochs.summary()   # {'unit': 'epoch', 'median_s': ..., 'iqr_s': ..., 'samples_per_s': ...}
 """
+
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from contextlib import contextmanager
-from typing import Callable
 
 import numpy as np
 
@@ -36,21 +37,35 @@ def stats(seconds) -> dict:
     q1, median, q3, p95 = np.percentile(t, [25, 50, 75, 95])
     mean = t.mean()
     std = t.std(ddof=1) if t.size > 1 else 0.0
-    return {"n": int(t.size), "median_s": float(median), "q1_s": float(q1), "q3_s": float(q3),
-            "iqr_s": float(q3 - q1), "mean_s": float(mean), "std_s": float(std),
-            "cv": float(std / mean) if mean > 0 else 0.0, "min_s": float(t.min()), "max_s": float(t.max()),
-            "p95_s": float(p95)}
+    return {
+        "n": int(t.size),
+        "median_s": float(median),
+        "q1_s": float(q1),
+        "q3_s": float(q3),
+        "iqr_s": float(q3 - q1),
+        "mean_s": float(mean),
+        "std_s": float(std),
+        "cv": float(std / mean) if mean > 0 else 0.0,
+        "min_s": float(t.min()),
+        "max_s": float(t.max()),
+        "p95_s": float(p95),
+    }
 
 
 class Stopwatch:
     """Times laps; the first `warmup` are kept apart from the steady-state statistics."""
 
-    def __init__(self, unit: str = "epoch", warmup: int = 1, sync: Callable[[], object] | None = None,
-                 clock: Callable[[], float] = time.perf_counter):
+    def __init__(
+        self,
+        unit: str = "epoch",
+        warmup: int = 1,
+        sync: Callable[[], object] | None = None,
+        clock: Callable[[], float] = time.perf_counter,
+    ):
         self.unit, self.warmup, self.sync, self.clock = unit, warmup, sync, clock
         self.laps: list[float] = []
         self.samples: list[int] = []
-        self._opened: float | None = None      # the clock when the open lap began; None between laps
+        self._opened: float | None = None  # the clock when the open lap began; None between laps
 
     def start(self) -> None:
         """Open a lap (after `sync`); `stop()` closes it. For code that cannot wrap the lap in a `with`
@@ -89,16 +104,22 @@ class Stopwatch:
         return self.laps[-1]
 
     def summary(self) -> dict:
-        timed, timed_samples = self.laps[self.warmup:], self.samples[self.warmup:]
-        out = {"unit": self.unit, **stats(timed), "warmup_s": self.laps[:self.warmup], "laps_s": timed}
+        timed, timed_samples = self.laps[self.warmup :], self.samples[self.warmup :]
+        out = {"unit": self.unit, **stats(timed), "warmup_s": self.laps[: self.warmup], "laps_s": timed}
         total = sum(timed)
         out["samples_per_s"] = sum(timed_samples) / total if total > 0 and any(timed_samples) else None
         return out
 
 
-def benchmark(fn: Callable[[], object], repeats: int, warmup: int = 1, samples: int = 0,
-              sync: Callable[[], object] | None = None, unit: str = "batch",
-              clock: Callable[[], float] = time.perf_counter) -> dict:
+def benchmark(
+    fn: Callable[[], object],
+    repeats: int,
+    warmup: int = 1,
+    samples: int = 0,
+    sync: Callable[[], object] | None = None,
+    unit: str = "batch",
+    clock: Callable[[], float] = time.perf_counter,
+) -> dict:
     """Call `fn` warmup + repeats times, timing each call; returns `Stopwatch.summary()`."""
     watch = Stopwatch(unit=unit, warmup=warmup, sync=sync, clock=clock)
     for _ in range(warmup + repeats):
@@ -107,12 +128,20 @@ def benchmark(fn: Callable[[], object], repeats: int, warmup: int = 1, samples: 
     return watch.summary()
 
 
-MIN_REPEATS = 7   # DLPerf's count of runs; fewer give an IQR and a CV that mean little
+MIN_REPEATS = 7  # DLPerf's count of runs; fewer give an IQR and a CV that mean little
 
 
-def steady_state(step: Callable[[], object], *, steps: int, repeats: int = MIN_REPEATS, warmup: int = 2,
-                 samples: int = 0, sync: Callable[[], object] | None = None, loss: Callable[[object], float] | None = None,
-                 clock: Callable[[], float] = time.perf_counter) -> dict:
+def steady_state(
+    step: Callable[[], object],
+    *,
+    steps: int,
+    repeats: int = MIN_REPEATS,
+    warmup: int = 2,
+    samples: int = 0,
+    sync: Callable[[], object] | None = None,
+    loss: Callable[[object], float] | None = None,
+    clock: Callable[[], float] = time.perf_counter,
+) -> dict:
     """Compute throughput: `warmup` untimed steps, then `repeats` laps of `steps` calls of `step`.
 
     `step()` runs one training step on a batch already on the device; `samples` is its global batch.
@@ -139,8 +168,13 @@ def steady_state(step: Callable[[], object], *, steps: int, repeats: int = MIN_R
         with watch.lap(samples):
             for _ in range(steps):
                 out = step()
-    return steady_summary(watch.laps, steps=steps, warmup=warmup, samples=samples,
-                          losses=(first, float(loss(out))) if loss is not None else None)
+    return steady_summary(
+        watch.laps,
+        steps=steps,
+        warmup=warmup,
+        samples=samples,
+        losses=(first, float(loss(out))) if loss is not None else None,
+    )
 
 
 def steady_summary(laps, *, steps: int, warmup: int, samples: int = 0, losses: tuple | None = None) -> dict:
@@ -148,8 +182,14 @@ def steady_summary(laps, *, steps: int, warmup: int, samples: int = 0, losses: t
     it; for a framework whose own loop runs the steps (Keras's `fit`) and times the repeats in its callbacks.
     `losses`: (first, last), the loss on the batch before the first step and after the last."""
     per_step = [lap / steps for lap in laps]
-    result = {"unit": "step", **stats(per_step), "warmup_steps": warmup, "steps_per_repeat": steps,
-              "warmup_s": [], "laps_s": per_step}
+    result = {
+        "unit": "step",
+        **stats(per_step),
+        "warmup_steps": warmup,
+        "steps_per_repeat": steps,
+        "warmup_s": [],
+        "laps_s": per_step,
+    }
     result["samples_per_s"] = samples / result["median_s"] if samples and result["median_s"] > 0 else None
     if losses is not None:
         result.update(loss_first=float(losses[0]), loss_last=float(losses[1]))
@@ -176,12 +216,15 @@ def learned(steady: dict, margin: float = LEARNING_MARGIN) -> tuple[bool, str]:
     n = steady["warmup_steps"] + steady["n"] * steady["steps_per_repeat"]
     fell = (first - last) / first if first > 0 else 0.0
     ok = last <= first * (1 - margin)
-    return ok, (f"loss {first:.4g} -> {last:.4g} over {n} steps on one batch: {100 * fell:.1f}% lower"
-                + ("" if ok else f", not the {100 * margin:.0f}% that learning needs"))
+    return ok, (
+        f"loss {first:.4g} -> {last:.4g} over {n} steps on one batch: {100 * fell:.1f}% lower"
+        + ("" if ok else f", not the {100 * margin:.0f}% that learning needs")
+    )
 
 
-def timed(fn: Callable[[], object], sync: Callable[[], object] | None = None,
-          clock: Callable[[], float] = time.perf_counter) -> tuple[object, float]:
+def timed(
+    fn: Callable[[], object], sync: Callable[[], object] | None = None, clock: Callable[[], float] = time.perf_counter
+) -> tuple[object, float]:
     """Call `fn` once; return its result and the seconds it took (with `sync` at both ends)."""
     if sync:
         sync()
@@ -213,8 +256,10 @@ def overhead(laps: int = 2000, clock: Callable[[], float] = time.perf_counter) -
 def describe(summary: dict) -> str:
     """One line for the notebook: 'median 12.3 s per epoch (IQR 0.4 s, CV 2%, 3 timed; warm-up 15.1 s), 166 samples/s'."""
     warm = ", ".join(f"{w:.3g} s" for w in summary["warmup_s"])
-    line = (f"median {summary['median_s']:.4g} s per {summary['unit']} (IQR {summary['iqr_s']:.2g} s, "
-            f"CV {100 * summary['cv']:.0f}%, {summary['n']} timed" + (f"; warm-up {warm})" if warm else ")"))
+    line = (
+        f"median {summary['median_s']:.4g} s per {summary['unit']} (IQR {summary['iqr_s']:.2g} s, "
+        f"CV {100 * summary['cv']:.0f}%, {summary['n']} timed" + (f"; warm-up {warm})" if warm else ")")
+    )
     if summary.get("samples_per_s"):
         line += f", {summary['samples_per_s']:.1f} samples/s"
     return line
@@ -222,7 +267,7 @@ def describe(summary: dict) -> str:
 
 # --- batch-size sweeps ---------------------------------------------------------------------------
 
-SWEEP_CAP = 65536       # the largest batch a sweep tries, whatever the budget
+SWEEP_CAP = 65536  # the largest batch a sweep tries, whatever the budget
 
 
 def batch_sizes(spec) -> tuple[list[int], bool]:
@@ -261,8 +306,10 @@ def out_of_memory(err: BaseException) -> bool:
     if isinstance(err, MemoryError):
         return True
     text = f"{type(err).__name__} {err}".lower()
-    return any(word in text for word in ("out of memory", "outofmemory", "resource_exhausted",
-                                          "resourceexhausted", "failed to allocate"))
+    return any(
+        word in text
+        for word in ("out of memory", "outofmemory", "resource_exhausted", "resourceexhausted", "failed to allocate")
+    )
 
 
 def memory_bound(b: int, largest_run: int, high: int) -> float:
@@ -280,11 +327,20 @@ def _first_line(err: BaseException) -> str:
     return text.splitlines()[0][:200] if text else type(err).__name__
 
 
-def sweep(make_step: Callable[[int], Callable[[], object]], spec, *, budget_s: float, repeats: int = MIN_REPEATS,
-          warmup: int = 2, sync: Callable[[], object] | None = None,
-          clock: Callable[[], float] = time.perf_counter, available: Callable[[], int | None] = _available_memory,
-          peak: Callable[[], int | None] | None = None, devices: int = 1,
-          device_memory: Callable[[], tuple[int, int] | None] | None = None) -> dict | None:
+def sweep(
+    make_step: Callable[[int], Callable[[], object]],
+    spec,
+    *,
+    budget_s: float,
+    repeats: int = MIN_REPEATS,
+    warmup: int = 2,
+    sync: Callable[[], object] | None = None,
+    clock: Callable[[], float] = time.perf_counter,
+    available: Callable[[], int | None] = _available_memory,
+    peak: Callable[[], int | None] | None = None,
+    devices: int = 1,
+    device_memory: Callable[[], tuple[int, int] | None] | None = None,
+) -> dict | None:
     """The steady state at each batch size of `spec` (see `batch_sizes`); None where `spec` is empty.
     On several `devices` (data parallelism) a size is the batch per device, like the tasks' `batch_size`:
     `make_step(b)` steps on `b * devices` examples, and samples/s counts them all.
@@ -310,7 +366,7 @@ def sweep(make_step: Callable[[int], Callable[[], object]], spec, *, budget_s: f
     if peak is None:
         from support.env import peak_host_memory as peak
     rows, probed, stopped, started = [], [], "", clock()
-    last = None     # the last size: (batch, its first step's seconds, its other steps' seconds)
+    last = None  # the last size: (batch, its first step's seconds, its other steps' seconds)
     largest_run = 0  # the largest batch run so far, timed or probed
 
     def too_big(b):
@@ -322,9 +378,11 @@ def sweep(make_step: Callable[[int], Callable[[], object]], spec, *, budget_s: f
         for where, free, high in measured:
             extra = memory_bound(b, largest_run, high) - high
             if free is not None and extra > 0.8 * free:
-                return (f"memory{where}: batch {b} might need up to {extra / 2**30:.1f} GiB more than the "
-                        f"{'process' if not where else 'framework'}'s peak of {high / 2**30:.1f} GiB, more than 80% "
-                        f"of the {free / 2**30:.1f} GiB free")
+                return (
+                    f"memory{where}: batch {b} might need up to {extra / 2**30:.1f} GiB more than the "
+                    f"{'process' if not where else 'framework'}'s peak of {high / 2**30:.1f} GiB, more than 80% "
+                    f"of the {free / 2**30:.1f} GiB free"
+                )
         return ""
 
     queue = list(sizes)
@@ -334,12 +392,14 @@ def sweep(make_step: Callable[[int], Callable[[], object]], spec, *, budget_s: f
             scale = b / last[0]
             needed, left = last[1] + last[2] * scale, budget_s - (clock() - started)
             if b not in sizes and needed > left:
-                stopped = (f"time budget: batch {b} would take about {needed:.0f} s, more than the "
-                           f"{max(left, 0):.0f} s left of {budget_s:g} s")
+                stopped = (
+                    f"time budget: batch {b} would take about {needed:.0f} s, more than the "
+                    f"{max(left, 0):.0f} s left of {budget_s:g} s"
+                )
                 break
             stopped = too_big(b)
             while stopped and 2 * largest_run < b and not too_big(2 * largest_run):
-                probe = 2 * largest_run            # one untimed step, to tighten the bound for b
+                probe = 2 * largest_run  # one untimed step, to tighten the bound for b
                 try:
                     timed(make_step(probe), sync=sync, clock=clock)
                 except Exception as err:  # noqa: BLE001 (only out-of-memory errors are caught; others go on up)
@@ -357,19 +417,31 @@ def sweep(make_step: Callable[[int], Callable[[], object]], spec, *, budget_s: f
             step = make_step(b)
             _, first_s = timed(step, sync=sync, clock=clock)
             start = clock()
-            steady = steady_state(step, steps=1, repeats=repeats, warmup=max(warmup - 1, 0), samples=b * devices, sync=sync,
-                                  clock=clock)
-        except Exception as err:      # noqa: BLE001 (only out-of-memory errors are caught; others go on up)
+            steady = steady_state(
+                step, steps=1, repeats=repeats, warmup=max(warmup - 1, 0), samples=b * devices, sync=sync, clock=clock
+            )
+        except Exception as err:  # noqa: BLE001 (only out-of-memory errors are caught; others go on up)
             if not out_of_memory(err):
                 raise
             stopped = f"out of memory at batch {b}: {_first_line(err)}"
             break
         finally:
-            step = None               # frees the batch before the next, larger one
-        rows.append({"batch_size": b, "samples_per_s": steady["samples_per_s"], "median_s": steady["median_s"],
-                     "p95_s": steady["p95_s"], "cv": steady["cv"], "n": steady["n"], "first_s": first_s})
-        print(f"batch {b:>5}{' per device' if devices > 1 else ''}: {steady['samples_per_s']:10.1f} samples/s, median {1e3 * steady['median_s']:.4g} ms, "
-              f"p95 {1e3 * steady['p95_s']:.4g} ms per batch (first step {first_s:.3g} s)")
+            step = None  # frees the batch before the next, larger one
+        rows.append(
+            {
+                "batch_size": b,
+                "samples_per_s": steady["samples_per_s"],
+                "median_s": steady["median_s"],
+                "p95_s": steady["p95_s"],
+                "cv": steady["cv"],
+                "n": steady["n"],
+                "first_s": first_s,
+            }
+        )
+        print(
+            f"batch {b:>5}{' per device' if devices > 1 else ''}: {steady['samples_per_s']:10.1f} samples/s, median {1e3 * steady['median_s']:.4g} ms, "
+            f"p95 {1e3 * steady['p95_s']:.4g} ms per batch (first step {first_s:.3g} s)"
+        )
         last = (b, first_s, clock() - start)
         largest_run = max(largest_run, b)
         if not queue and largest:
@@ -379,5 +451,11 @@ def sweep(make_step: Callable[[int], Callable[[], object]], spec, *, budget_s: f
                 queue.append(2 * b)
     stopped = stopped or "every size asked for ran"
     print(f"sweep stopped: {stopped}")
-    return {"sizes": rows, "stopped": stopped, "asked": ",".join(map(str, sizes)) + (",max" if largest else ""),
-            "budget_s": budget_s, **({"probed": probed} if probed else {}), **({"devices": devices} if devices > 1 else {})}
+    return {
+        "sizes": rows,
+        "stopped": stopped,
+        "asked": ",".join(map(str, sizes)) + (",max" if largest else ""),
+        "budget_s": budget_s,
+        **({"probed": probed} if probed else {}),
+        **({"devices": devices} if devices > 1 else {}),
+    }

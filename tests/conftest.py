@@ -4,8 +4,8 @@ and no setting of the user's reaches a test: `DLROSETTA_CHESTXRAY` pointing at r
 `DLROSETTA_CPU_ISA` says what the hardware is (support/hardware.py), as oneDNN's ISA caps do, so that
 `DLROSETTA_CPU_ISA=avx2 make test` (with the frameworks' caps, hardware.caps) shows what an AVX2 CPU's user
 meets; the tests that depend on the hardware ask support.hardware what to expect."""
+
 import os
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,8 +13,11 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 # Cleared at import, before any test module is collected (and so before the runner's subprocesses).
-USER_SETTINGS = {name: os.environ.pop(name) for name in list(os.environ)
-                 if name.startswith("DLROSETTA_") and name != "DLROSETTA_CPU_ISA"}
+USER_SETTINGS = {
+    name: os.environ.pop(name)
+    for name in list(os.environ)
+    if name.startswith("DLROSETTA_") and name != "DLROSETTA_CPU_ISA"
+}
 
 
 @pytest.fixture(scope="session", autouse=True)

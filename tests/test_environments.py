@@ -1,5 +1,6 @@
 """The pinned environments: exact pins with their hashes, conda files in step, the project installed editable,
 a clear error without Python 3.11."""
+
 import importlib
 import os
 import re
@@ -59,8 +60,11 @@ def test_every_requirement_is_pinned_exactly(lock_set):
 def test_every_pin_carries_the_sha256_of_its_files_so_pip_installs_with_require_hashes(lock_set):
     found = hashes(lock_set)
     assert list(found) == setup_envs.pins(lock_set)
-    unhashed = [pin for pin, values in found.items()
-                if not values or not all(re.fullmatch(r"sha256:[0-9a-f]{64}", v) for v in values)]
+    unhashed = [
+        pin
+        for pin, values in found.items()
+        if not values or not all(re.fullmatch(r"sha256:[0-9a-f]{64}", v) for v in values)
+    ]
     assert not unhashed, f"{lock_set}.txt: pins without sha256 hashes: {unhashed}"
     assert "python3 -m scripts.setup_envs --lock" in (suite.REQUIREMENTS / f"{lock_set}.txt").read_text()
 
@@ -99,10 +103,19 @@ def test_a_cuda_lock_set_holds_its_cpu_counterparts_pins_where_they_overlap(lock
 
 
 def test_the_cuda_package_names_and_versions_say_their_cuda():
-    assert [suite.cuda_major(p) for p in ("nvidia-cudnn-cu12==9.28.0.42", "nvidia-cublas==13.1.1.3",
-                                          "jax-cuda13-plugin==0.10.2", "cupy-cuda11x==13.6.0",
-                                          "cuda-toolkit==13.0.3.0", "nvidia-cufft==12.0.0.61", "numpy==2.4.6",
-                                          "nvidia_nccl_cu13==2.30.7")] == ["12", "13", "13", "11", "13", None, None, "13"]
+    assert [
+        suite.cuda_major(p)
+        for p in (
+            "nvidia-cudnn-cu12==9.28.0.42",
+            "nvidia-cublas==13.1.1.3",
+            "jax-cuda13-plugin==0.10.2",
+            "cupy-cuda11x==13.6.0",
+            "cuda-toolkit==13.0.3.0",
+            "nvidia-cufft==12.0.0.61",
+            "numpy==2.4.6",
+            "nvidia_nccl_cu13==2.30.7",
+        )
+    ] == ["12", "13", "13", "11", "13", None, None, "13"]
 
 
 @pytest.mark.parametrize("env", suite.ENVIRONMENTS)
@@ -121,8 +134,12 @@ def test_numpy_pins_split_the_environments():
 
 @pytest.mark.parametrize("env", suite.ENVIRONMENTS)
 def test_built_environment_matches_its_pins(env):
-    frozen = subprocess.run([str(suite.venv_python(env)), "-m", "pip", "freeze", "--all", "--exclude", "pip"],
-                            capture_output=True, text=True, check=True).stdout.split()
+    frozen = subprocess.run(
+        [str(suite.venv_python(env)), "-m", "pip", "freeze", "--all", "--exclude", "pip"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
     pins = {normal(p.split("==")[0]): p.split("==")[1] for p in frozen if "==" in p}
     assert pinned(env).items() <= pins.items()
 
@@ -130,39 +147,57 @@ def test_built_environment_matches_its_pins(env):
 @pytest.mark.parametrize("env", suite.ENVIRONMENTS)
 def test_built_environment_has_this_checkout_installed_editable_with_its_commands(env, tmp_path):
     code = "import importlib.metadata as m, support, scripts; print(support.__file__); print(m.version('dlrosetta'))"
-    proc = subprocess.run([str(suite.venv_python(env)), "-I", "-c", code], check=False, capture_output=True, text=True,
-                          cwd=tmp_path)       # -I, elsewhere: not from the cwd
+    proc = subprocess.run(
+        [str(suite.venv_python(env)), "-I", "-c", code], check=False, capture_output=True, text=True, cwd=tmp_path
+    )  # -I, elsewhere: not from the cwd
     assert proc.returncode == 0, proc.stderr
     where, version = proc.stdout.split()
     assert Path(where) == suite.ROOT / "support" / "__init__.py"
     assert version == tomllib.loads((suite.ROOT / "pyproject.toml").read_text())["project"]["version"]
-    assert not list((suite.VENVS / env).glob("lib/python*/site-packages/dlrosetta.pth"))    # the old path file
+    assert not list((suite.VENVS / env).glob("lib/python*/site-packages/dlrosetta.pth"))  # the old path file
     assert (suite.VENVS / env / "bin" / "dlr-run").exists()
 
 
 def test_each_command_of_the_package_names_a_main_that_exists():
     commands = tomllib.loads((suite.ROOT / "pyproject.toml").read_text())["project"]["scripts"]
-    assert commands == {"dlr-run": "scripts.run_all:main", "dlr-report": "scripts.report:main",
-                        "dlr-site": "scripts.build_site:main", "dlr-setup": "scripts.setup_envs:main"}
+    assert commands == {
+        "dlr-run": "scripts.run_all:main",
+        "dlr-report": "scripts.report:main",
+        "dlr-site": "scripts.build_site:main",
+        "dlr-setup": "scripts.setup_envs:main",
+    }
     for target in commands.values():
         module, _, function = target.partition(":")
         assert callable(getattr(importlib.import_module(module), function, None)), f"{target} does not exist"
 
 
 def setup_command(*args):
-    return subprocess.run([sys.executable, "-m", "scripts.setup_envs", *args], check=False, capture_output=True,
-                          text=True, cwd=suite.ROOT, env={**os.environ, "DLROSETTA_GPU": "cpu"})
+    return subprocess.run(
+        [sys.executable, "-m", "scripts.setup_envs", *args],
+        check=False,
+        capture_output=True,
+        text=True,
+        cwd=suite.ROOT,
+        env={**os.environ, "DLROSETTA_GPU": "cpu"},
+    )
 
 
 def test_built_environments_are_up_to_date_so_setup_would_skip_them():
     proc = setup_command("--check")
-    assert proc.stdout.splitlines() == ["modern: up to date (lock set modern)",
-                                        "legacy: up to date (lock set legacy)"] and proc.returncode == 0
+    assert (
+        proc.stdout.splitlines() == ["modern: up to date (lock set modern)", "legacy: up to date (lock set legacy)"]
+        and proc.returncode == 0
+    )
 
 
 def test_running_the_set_up_as_a_file_says_to_run_it_as_a_module():
-    proc = subprocess.run([sys.executable, str(suite.ROOT / "scripts" / "setup_envs.py"), "--check"],
-                          check=False, capture_output=True, text=True, cwd=suite.ROOT)
+    proc = subprocess.run(
+        [sys.executable, str(suite.ROOT / "scripts" / "setup_envs.py"), "--check"],
+        check=False,
+        capture_output=True,
+        text=True,
+        cwd=suite.ROOT,
+    )
     assert proc.returncode == 1
     assert proc.stderr == "setup_envs.py: run it as a module from the repository root: python3 -m scripts.setup_envs\n"
 
@@ -172,7 +207,7 @@ def test_the_set_up_and_the_tests_share_one_suite_module():
 
 
 def test_missing_python_311_is_one_clear_error(monkeypatch):
-    monkeypatch.setattr(setup_envs, "PYTHON_VERSION", (3, 99))     # no interpreter here is "3.11"
+    monkeypatch.setattr(setup_envs, "PYTHON_VERSION", (3, 99))  # no interpreter here is "3.11"
     monkeypatch.delenv("DLR_PYTHON", raising=False)
     with pytest.raises(SystemExit) as err:
         setup_envs.find_python()
@@ -197,8 +232,9 @@ def checkout(tmp_path, monkeypatch):
     root = tmp_path / "first" / "dl-rosetta"
     root.mkdir(parents=True)
     point_suite_at(root, monkeypatch)
-    subprocess.run([setup_envs.find_python(), "-m", "venv", "--without-pip", str(root / ".venvs" / "modern")],
-                   check=True)
+    subprocess.run(
+        [setup_envs.find_python(), "-m", "venv", "--without-pip", str(root / ".venvs" / "modern")], check=True
+    )
     return root
 
 
@@ -206,7 +242,7 @@ def relocate(root, how, monkeypatch):
     """Copy or move the whole checkout (its .venvs too) elsewhere; `suite` then sees the new one."""
     new = root.parent.parent / "second" / "dl-rosetta"
     if how == "copy":
-        shutil.copytree(root, new, symlinks=True)      # as `cp -r`: the venv's python stays a link
+        shutil.copytree(root, new, symlinks=True)  # as `cp -r`: the venv's python stays a link
     else:
         new.parent.mkdir()
         shutil.move(root, new)
@@ -215,8 +251,9 @@ def relocate(root, how, monkeypatch):
 
 
 @pytest.mark.parametrize("how", ["copy", "move"])
-def test_a_copied_or_moved_environment_is_rebuilt_with_hashes_and_installs_the_new_checkout(checkout, how,
-                                                                                             monkeypatch, capsys):
+def test_a_copied_or_moved_environment_is_rebuilt_with_hashes_and_installs_the_new_checkout(
+    checkout, how, monkeypatch, capsys
+):
     python = setup_envs.find_python()
     setup_envs.write_stamp(python, "modern")
     assert setup_envs.up_to_date(python, "modern") and setup_envs.moved_from("modern") is None
@@ -237,9 +274,29 @@ def test_a_copied_or_moved_environment_is_rebuilt_with_hashes_and_installs_the_n
     assert f"modern: moved from {old_venv} to {new_venv}; rebuilding" in capsys.readouterr().out.splitlines()[0]
     assert commands == [
         [python, "-m", "venv", "--clear", str(new_venv)],
-        [new_python, "-m", "pip", "install", "--quiet", "--require-hashes", "-r", str(suite.REQUIREMENTS / "modern.txt")],
-        [new_python, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", "--no-index",
-         "--editable", str(new)]]
+        [
+            new_python,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--require-hashes",
+            "-r",
+            str(suite.REQUIREMENTS / "modern.txt"),
+        ],
+        [
+            new_python,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-index",
+            "--editable",
+            str(new),
+        ],
+    ]
     assert setup_envs.up_to_date(python, "modern") and setup_envs.moved_from("modern") is None
 
 
@@ -247,20 +304,23 @@ LEGACY_CONSTRAINTS = str(suite.REQUIREMENTS / "legacy-constraints.txt")
 
 
 def test_pip_constraint_from_the_environment_comes_first(monkeypatch):
-    monkeypatch.setenv("PIP_CONSTRAINT", " /u/a.txt\t/u/b c.txt ")    # pip splits it on whitespace
+    monkeypatch.setenv("PIP_CONSTRAINT", " /u/a.txt\t/u/b c.txt ")  # pip splits it on whitespace
     value = setup_envs.pip_environ("legacy", sys.executable)["PIP_CONSTRAINT"]
     assert value.split() == ["/u/a.txt", "/u/b", "c.txt", LEGACY_CONSTRAINTS]
 
 
-@pytest.mark.parametrize("config, user", [
-    ("[global]\nconstraint = /x/user-constraints.txt\n", ["/x/user-constraints.txt"]),
-    ("[global]\nconstraint = /x/g.txt\n[install]\nconstraint = /x/i.txt\n  /x/j.txt\n", ["/x/i.txt", "/x/j.txt"]),
-    (None, []),                                                   # no config file at all
-])
+@pytest.mark.parametrize(
+    "config, user",
+    [
+        ("[global]\nconstraint = /x/user-constraints.txt\n", ["/x/user-constraints.txt"]),
+        ("[global]\nconstraint = /x/g.txt\n[install]\nconstraint = /x/i.txt\n  /x/j.txt\n", ["/x/i.txt", "/x/j.txt"]),
+        (None, []),  # no config file at all
+    ],
+)
 def test_pip_constraint_from_pips_config_comes_first(config, user, tmp_path, monkeypatch):
     monkeypatch.delenv("PIP_CONSTRAINT", raising=False)
     if config is None:
-        monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)         # pip then reads no config file
+        monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)  # pip then reads no config file
     else:
         (tmp_path / "pip.conf").write_text(config)
         monkeypatch.setenv("PIP_CONFIG_FILE", str(tmp_path / "pip.conf"))
@@ -286,14 +346,19 @@ def test_pip_applies_the_users_constraints_and_ours_from_a_path_with_spaces(tmp_
     (tmp_path / "pip.conf").write_text(f"[global]\nconstraint = {tmp_path / 'user.txt'}\n")
     monkeypatch.setenv("PIP_CONFIG_FILE", str(tmp_path / "pip.conf"))
     monkeypatch.delenv("PIP_CONSTRAINT", raising=False)
-    requirements = tmp_path / "a checkout" / "requirements"     # pip would split this path: it gets a file: URI
+    requirements = tmp_path / "a checkout" / "requirements"  # pip would split this path: it gets a file: URI
     requirements.mkdir(parents=True)
     (requirements / "legacy-constraints.txt").write_text("dlr-project-pin<1\n")
     monkeypatch.setattr(suite, "REQUIREMENTS", requirements)
     environ = setup_envs.pip_environ("legacy", sys.executable)
-    for name in ("dlr-user-pin", "dlr-project-pin"):      # no such packages: pip stops at the constraint
-        proc = subprocess.run([sys.executable, "-m", "pip", "install", "--dry-run", "--no-index", f"{name}==1"],
-                              check=False, capture_output=True, text=True, env=environ)
+    for name in ("dlr-user-pin", "dlr-project-pin"):  # no such packages: pip stops at the constraint
+        proc = subprocess.run(
+            [sys.executable, "-m", "pip", "install", "--dry-run", "--no-index", f"{name}==1"],
+            check=False,
+            capture_output=True,
+            text=True,
+            env=environ,
+        )
         assert f"(constraint) {name}<1" in proc.stdout + proc.stderr, proc.stdout + proc.stderr
 
 
@@ -337,12 +402,15 @@ def test_a_driver_too_old_for_cuda_13_stops_the_set_up_with_one_line(tmp_path, m
     assert "needs 580.65.06 or newer" in message and "DLROSETTA_GPU=cpu" in message
 
 
-@pytest.mark.parametrize("line, forced, kind", [
-    (None, None, "cpu"),                                                   # no nvidia-smi: the CPU sets
-    ("", None, "cpu"),                                                     # nvidia-smi without a GPU or driver
-    ("NVIDIA H100 80GB HBM3, 550.54.15, 9.0", "cpu", "cpu"),               # forced: the old driver is not asked
-    (None, "cuda", "cuda"),                                                # forced: a GPU image built without one
-])
+@pytest.mark.parametrize(
+    "line, forced, kind",
+    [
+        (None, None, "cpu"),  # no nvidia-smi: the CPU sets
+        ("", None, "cpu"),  # nvidia-smi without a GPU or driver
+        ("NVIDIA H100 80GB HBM3, 550.54.15, 9.0", "cpu", "cpu"),  # forced: the old driver is not asked
+        (None, "cuda", "cuda"),  # forced: a GPU image built without one
+    ],
+)
 def test_the_machine_or_the_variable_chooses_the_lock_sets(tmp_path, monkeypatch, line, forced, kind):
     stub_nvidia_smi(tmp_path, monkeypatch, line)
     if forced:
@@ -359,18 +427,25 @@ def test_an_unknown_gpu_choice_is_one_line(monkeypatch):
 
 def test_the_runner_reads_the_choice_tensorflow_lines_go_to_their_gpu_environment(tmp_path, monkeypatch):
     monkeypatch.setattr(suite, "VENVS", tmp_path)
-    assert suite.chosen_lock_sets() == {"modern": "modern", "legacy": "legacy"}     # nothing written: CPU sets
-    setup_envs.write_choice("cuda", {"name": "H100", "driver": "580.82.07", "capability": "9.0"},
-                            list(suite.MACHINE_LOCK_SETS["cuda"]))
+    assert suite.chosen_lock_sets() == {"modern": "modern", "legacy": "legacy"}  # nothing written: CPU sets
+    setup_envs.write_choice(
+        "cuda", {"name": "H100", "driver": "580.82.07", "capability": "9.0"}, list(suite.MACHINE_LOCK_SETS["cuda"])
+    )
     chosen = suite.chosen_lock_sets()
     assert chosen == {"modern": "modern-cuda", "tensorflow": "tensorflow-cuda", "legacy": "legacy-cuda"}
-    assert [suite.run_environment(f, p) for f, p in (("tensorflow", {}), ("keras", {"backend": "tensorflow"}),
-                                                      ("keras", {"backend": "jax"}), ("pytorch", {}),
-                                                      ("chainer", {}))] == [
-        "tensorflow", "tensorflow", "modern", "modern", "legacy"]
+    assert [
+        suite.run_environment(f, p)
+        for f, p in (
+            ("tensorflow", {}),
+            ("keras", {"backend": "tensorflow"}),
+            ("keras", {"backend": "jax"}),
+            ("pytorch", {}),
+            ("chainer", {}),
+        )
+    ] == ["tensorflow", "tensorflow", "modern", "modern", "legacy"]
     assert suite.lock_file("tensorflow") == suite.REQUIREMENTS / "tensorflow-cuda.txt"
     (tmp_path / suite.CHOSEN).write_text("{not json")
-    assert suite.run_environment("tensorflow", {}) == "modern"                      # unreadable: CPU sets
+    assert suite.run_environment("tensorflow", {}) == "modern"  # unreadable: CPU sets
 
 
 UV_OUTPUT = """keras==3.15.1 \\
@@ -408,8 +483,11 @@ def test_a_lock_set_is_resolved_by_uv_with_hashes_for_python_311_on_linux(tmp_pa
     setup_envs.lock(sys.executable, "tensorflow-cuda")
     [(cmd, held)] = calls
     assert cmd[:4] == ["/stub/uv", "pip", "compile", str(tmp_path / "tensorflow-cuda.in")] and held == ""
-    for option, value in (("--python-version", "3.11"), ("--python-platform", "x86_64-manylinux_2_28"),
-                          ("--python", sys.executable)):
+    for option, value in (
+        ("--python-version", "3.11"),
+        ("--python-platform", "x86_64-manylinux_2_28"),
+        ("--python", sys.executable),
+    ):
         assert cmd[cmd.index(option) + 1] == value
     assert "--generate-hashes" in cmd and "--build-constraints" not in cmd
     text = (tmp_path / "tensorflow-cuda.txt").read_text()
@@ -421,13 +499,18 @@ def test_a_lock_set_is_resolved_by_uv_with_hashes_for_python_311_on_linux(tmp_pa
 def test_relocking_holds_the_pins_already_locked_and_the_build_constraints(tmp_path, monkeypatch):
     calls = stub_uv(tmp_path, monkeypatch)
     (tmp_path / "legacy.in").write_text("chainer==7.8.1\npooch==1.9.0\n")
-    (tmp_path / "legacy.txt").write_text("# header\nchainer==7.8.1 \\\n    --hash=sha256:" + "c" * 64 +
-                                         "\nsetuptools==65.5.0 \\\n    --hash=sha256:" + "d" * 64 + "\n")
+    (tmp_path / "legacy.txt").write_text(
+        "# header\nchainer==7.8.1 \\\n    --hash=sha256:"
+        + "c" * 64
+        + "\nsetuptools==65.5.0 \\\n    --hash=sha256:"
+        + "d" * 64
+        + "\n"
+    )
     (tmp_path / "legacy-constraints.txt").write_text("setuptools<81\n")
     monkeypatch.setattr(setup_envs, "write_conda_file", lambda env: None)
     setup_envs.lock(sys.executable, "legacy")
     [(cmd, held)] = calls
-    assert held == "chainer==7.8.1\nsetuptools==65.5.0\n"        # the old pins, without their hashes
+    assert held == "chainer==7.8.1\nsetuptools==65.5.0\n"  # the old pins, without their hashes
     constraints = str(tmp_path / "legacy-constraints.txt")
     assert cmd[-4:] == ["-c", constraints, "--build-constraints", constraints]
 
@@ -436,11 +519,12 @@ def test_uv_is_made_once_at_its_pinned_version_in_its_own_environment(tmp_path, 
     monkeypatch.setattr(suite, "VENVS", tmp_path)
     commands = []
     monkeypatch.setattr(setup_envs, "run", lambda cmd, **kwargs: commands.append([str(c) for c in cmd]))
-    exe = setup_envs.uv("python3.11")                                        # none yet: made
+    exe = setup_envs.uv("python3.11")  # none yet: made
     assert exe == tmp_path / "uv" / "bin" / "uv" and commands == [
         ["python3.11", "-m", "venv", "--clear", str(tmp_path / "uv")],
-        [str(tmp_path / "uv" / "bin" / "python"), "-m", "pip", "install", "--quiet", "uv==0.13.8"]]
-    for version, made in (("0.13.8", False), ("0.12.0", True)):             # the pinned one is kept, another not
+        [str(tmp_path / "uv" / "bin" / "python"), "-m", "pip", "install", "--quiet", "uv==0.13.8"],
+    ]
+    for version, made in (("0.13.8", False), ("0.12.0", True)):  # the pinned one is kept, another not
         exe.parent.mkdir(parents=True, exist_ok=True)
         exe.write_text(f"#!/bin/sh\necho 'uv {version} (x86_64-unknown-linux-gnu)'\n")
         exe.chmod(0o755)

@@ -3,6 +3,7 @@ by the framework's own answer and a probe where they do not, capped by DLROSETTA
 precision the device does not compute is `unsupported` with one line, for every framework, and is never calibrated.
 Every case is stubbed both ways here, so it holds on any machine; the frameworks' own answers under oneDNN's caps
 run in their environments."""
+
 import json
 import os
 import subprocess
@@ -18,10 +19,10 @@ from support.measure import Bench
 from support.params import load
 
 SSE = {"sse4_2"}
-AVX2 = SSE | {"avx", "avx2", "fma"}                                   # a Zen 3, a Haswell to Alder Lake laptop
-AVX512 = AVX2 | {"avx512f", "avx512bw", "avx512vl", "avx512dq"}       # Skylake-SP to Ice Lake servers
-AVX512_BF16 = AVX512 | {"avx512_bf16"}                                # Cooper Lake, Zen 4, Zen 5
-AMX = AVX512_BF16 | {"amx_bf16", "amx_tile"}                          # Sapphire Rapids and later
+AVX2 = SSE | {"avx", "avx2", "fma"}  # a Zen 3, a Haswell to Alder Lake laptop
+AVX512 = AVX2 | {"avx512f", "avx512bw", "avx512vl", "avx512dq"}  # Skylake-SP to Ice Lake servers
+AVX512_BF16 = AVX512 | {"avx512_bf16"}  # Cooper Lake, Zen 4, Zen 5
+AMX = AVX512_BF16 | {"amx_bf16", "amx_tile"}  # Sapphire Rapids and later
 NO_CAPS = {}
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -32,15 +33,24 @@ def cpu(flags, **environ):
 
 def slow_matmul(ratio):
     """A probe whose bfloat16 call takes `ratio` times the float32 one (2 ms)."""
+
     def matmul(dtype):
         seconds = 0.002 * (ratio if dtype == "bfloat16" else 1)
         return lambda: time.sleep(seconds)
+
     return matmul
 
 
-@pytest.mark.parametrize("flags, level, native", [(SSE, "sse4_2", False), (AVX2, "avx2", False),
-                                                  (AVX512, "avx512", None), (AVX512_BF16, "avx512_bf16", True),
-                                                  (AMX, "amx", True)])
+@pytest.mark.parametrize(
+    "flags, level, native",
+    [
+        (SSE, "sse4_2", False),
+        (AVX2, "avx2", False),
+        (AVX512, "avx512", None),
+        (AVX512_BF16, "avx512_bf16", True),
+        (AMX, "amx", True),
+    ],
+)
 def test_the_flags_give_the_isa_level_and_settle_bf16_where_they_can(flags, level, native):
     found = cpu(flags)
     assert (found.level, found.cap, found.bf16_by_flags()) == (level, None, native)
@@ -74,8 +84,15 @@ def test_the_frameworks_own_answer_refuses_with_its_words_even_where_the_flags_s
     assert hardware.cpu_bf16(own=lambda: None, cpu=cpu(AVX512_BF16)) == {"native": True, "how": "flags"}
 
 
-@pytest.mark.parametrize("variable, value", [("DLROSETTA_CPU_ISA", "avx2"), ("ONEDNN_MAX_CPU_ISA", "AVX2"),
-                                             ("DNNL_MAX_CPU_ISA", "AVX2"), ("ONEDNN_MAX_CPU_ISA", "AVX2_VNNI")])
+@pytest.mark.parametrize(
+    "variable, value",
+    [
+        ("DLROSETTA_CPU_ISA", "avx2"),
+        ("ONEDNN_MAX_CPU_ISA", "AVX2"),
+        ("DNNL_MAX_CPU_ISA", "AVX2"),
+        ("ONEDNN_MAX_CPU_ISA", "AVX2_VNNI"),
+    ],
+)
 def test_a_cap_makes_an_avx512_bf16_cpu_answer_as_an_avx2_one_saying_so(variable, value):
     capped = cpu(AMX, **{variable: value})
     assert (capped.level, capped.own_level, capped.cap) == ("avx2", "amx", f"{variable}={value}")
@@ -84,8 +101,8 @@ def test_a_cap_makes_an_avx512_bf16_cpu_answer_as_an_avx2_one_saying_so(variable
 
 
 def test_caps_that_do_not_lower_the_level_change_nothing_and_a_bad_one_is_one_line():
-    assert cpu(AVX2, DLROSETTA_CPU_ISA="avx512_bf16").cap is None            # a cap above the CPU
-    assert cpu(AVX512_BF16, ONEDNN_MAX_CPU_ISA="ALL").cap is None            # oneDNN's "no cap"
+    assert cpu(AVX2, DLROSETTA_CPU_ISA="avx512_bf16").cap is None  # a cap above the CPU
+    assert cpu(AVX512_BF16, ONEDNN_MAX_CPU_ISA="ALL").cap is None  # oneDNN's "no cap"
     with pytest.raises(ValueError, match="^DLROSETTA_CPU_ISA='avx3' is not one of sse4_2, avx, avx2, avx512, "):
         cpu(AVX512_BF16, DLROSETTA_CPU_ISA="avx3")
 
@@ -93,10 +110,14 @@ def test_caps_that_do_not_lower_the_level_change_nothing_and_a_bad_one_is_one_li
 def test_caps_set_every_frameworks_variable_and_keep_the_users_xla_flags(monkeypatch):
     monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_experimental_ynn_fusion_type= --xla_cpu_max_isa=AVX512")
     assert hardware.caps("avx2") == {
-        "DLROSETTA_CPU_ISA": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "DNNL_MAX_CPU_ISA": "AVX2",
-        "ATEN_CPU_CAPABILITY": "avx2", "XLA_FLAGS": "--xla_cpu_experimental_ynn_fusion_type= --xla_cpu_max_isa=AVX2",
-        "OPENBLAS_CORETYPE": "Haswell"}
-    assert "OPENBLAS_CORETYPE" not in hardware.caps("avx512")          # an AVX-512 OpenBLAS keeps its own choice
+        "DLROSETTA_CPU_ISA": "avx2",
+        "ONEDNN_MAX_CPU_ISA": "AVX2",
+        "DNNL_MAX_CPU_ISA": "AVX2",
+        "ATEN_CPU_CAPABILITY": "avx2",
+        "XLA_FLAGS": "--xla_cpu_experimental_ynn_fusion_type= --xla_cpu_max_isa=AVX2",
+        "OPENBLAS_CORETYPE": "Haswell",
+    }
+    assert "OPENBLAS_CORETYPE" not in hardware.caps("avx512")  # an AVX-512 OpenBLAS keeps its own choice
     with pytest.raises(ValueError, match="DLROSETTA_CPU_ISA='zen9'"):
         hardware.caps("zen9")
 
@@ -133,17 +154,26 @@ def test_a_precision_a_framework_cannot_meet_in_its_kernels_becomes_one_line_kee
 
 # --- the notebooks' Bench: the record of a run the device cannot compute ------------------------------------------
 
+
 def bench(tmp_path, precision, flags, monkeypatch, **kwargs):
     monkeypatch.setattr(hardware, "_cpuinfo_flags", lambda: flags)
     monkeypatch.setattr(hardware, "_x86", lambda: True)
     for variable in ("DLROSETTA_CPU_ISA", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA"):
         monkeypatch.delenv(variable, raising=False)
-    return Bench("cnn_cifar10", "pytorch", load("cnn_cifar10", "tiny"), precision=precision, compilation="auto",
-                 record_path=tmp_path / "record.json", environment={"machine": "test"}, gpu=False, **kwargs)
+    return Bench(
+        "cnn_cifar10",
+        "pytorch",
+        load("cnn_cifar10", "tiny"),
+        precision=precision,
+        compilation="auto",
+        record_path=tmp_path / "record.json",
+        environment={"machine": "test"},
+        gpu=False,
+        **kwargs,
+    )
 
 
-def test_a_bf16_run_on_a_cpu_without_bf16_stops_with_an_unsupported_record_and_its_line(tmp_path, monkeypatch,
-                                                                                          capsys):
+def test_a_bf16_run_on_a_cpu_without_bf16_stops_with_an_unsupported_record_and_its_line(tmp_path, monkeypatch, capsys):
     with pytest.raises(records.Unsupported):
         bench(tmp_path, "bf16", AVX2, monkeypatch, matmul=slow_matmul(1))
     record = records.validate(json.loads((tmp_path / "record.json").read_text()))
@@ -151,7 +181,7 @@ def test_a_bf16_run_on_a_cpu_without_bf16_stops_with_an_unsupported_record_and_i
     assert record["error"].startswith("this CPU has no bfloat16 arithmetic (AVX2; needs avx512_bf16 or AMX)")
     assert record["environment"]["hardware"] == {"isa": "avx2", "isa_label": "AVX2", "cap": None, "bf16": "none"}
     out = capsys.readouterr().out
-    assert "hardware: cpu: AVX2; fp32 only (no bfloat16 arithmetic)" in out      # measure.start prints it
+    assert "hardware: cpu: AVX2; fp32 only (no bfloat16 arithmetic)" in out  # measure.start prints it
     assert f"unsupported (bf16, compilation off): {record['error']}" in out
 
 
@@ -172,11 +202,20 @@ def test_the_frameworks_refusal_comes_before_the_hardwares(tmp_path, monkeypatch
 
 # --- the frameworks' own answers, under the caps each honours (checked in their environments) ----------------------
 
+
 def own_answer(environment, module, caps):
-    code = (f"import os, sys; sys.path.insert(0, {str(suite.ROOT)!r})\n"
-            f"from support.measure import {module} as m\nprint(repr(m.own_bf16()))")
-    done = subprocess.run([str(suite.venv_python(environment)), "-c", code], capture_output=True, text=True,
-                          timeout=120, env={**os.environ, **caps}, cwd=suite.ROOT)
+    code = (
+        f"import os, sys; sys.path.insert(0, {str(suite.ROOT)!r})\n"
+        f"from support.measure import {module} as m\nprint(repr(m.own_bf16()))"
+    )
+    done = subprocess.run(
+        [str(suite.venv_python(environment)), "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **caps},
+        cwd=suite.ROOT,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     return done.stdout.strip().splitlines()[-1]
 
@@ -196,6 +235,7 @@ def test_mxnets_own_answer_follows_dnnls_cap_in_its_words():
 
 # --- the calibration: a precision the device does not compute is never timed; every kernel ends in its budget -------
 
+
 def test_the_calibration_skips_bf16_on_a_cpu_without_it_and_keeps_float32(monkeypatch):
     monkeypatch.setenv("DLROSETTA_CPU_ISA", "avx2")
     measured = calibrate.measure(devices={"cpu": ("float32", "bf16")}, repeats=3, n=64, budget_s=0.05)
@@ -214,6 +254,7 @@ def test_the_calibration_times_bf16_where_the_cpu_computes_it(monkeypatch):
 def test_each_kernels_count_comes_from_its_first_call_within_the_budget(monkeypatch):
     """The operator-benchmark method: a slow kernel gets one call a repeat, a fast one as many as the budget holds,
     so the calibration ends in seconds whatever the CPU."""
+
     def sleeper(seconds):
         return lambda device, n, kind="float32": (lambda: time.sleep(seconds), None, f"sleep {seconds}", 1e9)
 
@@ -231,14 +272,16 @@ def test_jax_reads_a_gpus_compute_capability_for_the_rule(monkeypatch):
     import types
 
     from support.measure import jax as measure_jax
+
     monkeypatch.setattr(measure_jax.jax, "devices", lambda *a: [types.SimpleNamespace(compute_capability="7.5")])
     assert measure_jax.gpu_capability() == (7, 5)
     assert "compute capability 7.5" in hardware.reason("bf16", gpu=True, gpu_capability=measure_jax.gpu_capability())
-    monkeypatch.setattr(measure_jax.jax, "devices", lambda *a: [types.SimpleNamespace()])      # a CPU device
+    monkeypatch.setattr(measure_jax.jax, "devices", lambda *a: [types.SimpleNamespace()])  # a CPU device
     assert measure_jax.gpu_capability() is None
 
 
 # --- nvidia-smi: the one reader of its answers ---------------------------------------------------------------
+
 
 def fake_nvidia_smi(tmp_path, monkeypatch, script: str | None):
     """An `nvidia-smi` first on PATH running `script` (sh), which may read "$@"; None: no nvidia-smi on PATH."""
@@ -260,22 +303,38 @@ def test_nvidia_smi_answers_one_dict_per_gpu_keyed_by_the_fields_asked(tmp_path,
     asked = tmp_path / "asked"
     fake_nvidia_smi(tmp_path, monkeypatch, f'echo "$@" > {asked}\nprintf "{H100}\\n{H100}\\n\\n"')
     gpus = hardware.nvidia_smi("name", "driver_version", "memory.total", "compute_cap")
-    assert asked.read_text().split() == ["--query-gpu=name,driver_version,memory.total,compute_cap",
-                                         "--format=csv,noheader,nounits"]
-    assert gpus == [{"name": "NVIDIA H100 80GB HBM3", "driver_version": "580.82.07", "memory.total": "81559",
-                     "compute_cap": "9.0"}] * 2
+    assert asked.read_text().split() == [
+        "--query-gpu=name,driver_version,memory.total,compute_cap",
+        "--format=csv,noheader,nounits",
+    ]
+    assert (
+        gpus
+        == [
+            {
+                "name": "NVIDIA H100 80GB HBM3",
+                "driver_version": "580.82.07",
+                "memory.total": "81559",
+                "compute_cap": "9.0",
+            }
+        ]
+        * 2
+    )
     from support import env
+
     fake_nvidia_smi(tmp_path, monkeypatch, 'echo "NVIDIA H200"')
     assert env.gpu_names() == ["NVIDIA H200"]
 
 
-@pytest.mark.parametrize("script", [
-    None,                                                                             # no nvidia-smi at all
-    'echo "NVIDIA-SMI has failed because it couldn\'t communicate with the NVIDIA driver."; exit 9',
-    'echo "No devices were found"; exit 6',
-    "exit 0",                                                                         # a driver without GPUs
-    'echo "NVIDIA H100 80GB HBM3"',                                                   # not one value per field
-])
+@pytest.mark.parametrize(
+    "script",
+    [
+        None,  # no nvidia-smi at all
+        'echo "NVIDIA-SMI has failed because it couldn\'t communicate with the NVIDIA driver."; exit 9',
+        'echo "No devices were found"; exit 6',
+        "exit 0",  # a driver without GPUs
+        'echo "NVIDIA H100 80GB HBM3"',  # not one value per field
+    ],
+)
 def test_nvidia_smi_missing_failing_or_odd_is_no_gpus(tmp_path, monkeypatch, script):
     fake_nvidia_smi(tmp_path, monkeypatch, script)
     assert hardware.nvidia_smi("name", "driver_version") == []
@@ -291,10 +350,13 @@ def test_a_hung_nvidia_smi_is_no_gpus_after_the_timeout(tmp_path, monkeypatch):
 def test_support_hardware_imports_with_the_standard_library_alone():
     """scripts/setup_envs.py reads nvidia-smi through it with the user's bare python3, before numpy exists: without
     site-packages (-S), nothing but the standard library and support's own modules is imported."""
-    code = ("import sys; sys.path.insert(0, sys.argv[1]); import support.hardware as h; h.nvidia_smi('name'); "
-            "names = sys.stdlib_module_names | {'support', '__main__'}; "
-            "print(sorted({m.split('.')[0] for m in sys.modules} - names))")
-    done = subprocess.run([sys.executable, "-I", "-S", "-c", code, str(ROOT)], capture_output=True, text=True,
-                          check=False, timeout=60)
+    code = (
+        "import sys; sys.path.insert(0, sys.argv[1]); import support.hardware as h; h.nvidia_smi('name'); "
+        "names = sys.stdlib_module_names | {'support', '__main__'}; "
+        "print(sorted({m.split('.')[0] for m in sys.modules} - names))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-I", "-S", "-c", code, str(ROOT)], capture_output=True, text=True, check=False, timeout=60
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"

@@ -1,5 +1,6 @@
 """support.init: each task's initial distributions and the check every notebook's record passes
 (tests/test_notebook_runs.py runs it on the notebooks' own models)."""
+
 import math
 
 import numpy as np
@@ -28,9 +29,16 @@ def orthogonal(rows, cols):
     return q if rows >= cols else q.T
 
 
-@pytest.mark.parametrize("layout, shape, fans", [
-    ("oi", (50, 3, 3, 3), (27, 450)), ("io", (3, 3, 3, 50), (27, 450)),
-    ("oi", (512, 6400), (6400, 512)), ("io", (6400, 512), (6400, 512)), ("oi", (10,), (10, 10))])
+@pytest.mark.parametrize(
+    "layout, shape, fans",
+    [
+        ("oi", (50, 3, 3, 3), (27, 450)),
+        ("io", (3, 3, 3, 50), (27, 450)),
+        ("oi", (512, 6400), (6400, 512)),
+        ("io", (6400, 512), (6400, 512)),
+        ("oi", (10,), (10, 10)),
+    ],
+)
 def test_fans_count_the_receptive_field_in_either_layout(layout, shape, fans):
     assert init.fans(shape, layout) == fans
 
@@ -68,22 +76,27 @@ def test_a_bias_that_does_not_start_at_zero_is_named():
     arrays["layer2.bias"] = RNG.uniform(-0.01, 0.01, 100)
     assert init.check("cnn_cifar10", init.stats(arrays, "oi"), CNN) == [
         f"layer2.bias (100,): a bias starts at zero, not mean {arrays['layer2.bias'].mean():.3g} "
-        f"std {arrays['layer2.bias'].std():.3g}"]
+        f"std {arrays['layer2.bias'].std():.3g}"
+    ]
 
 
 def gru_arrays(per_gate: bool = False, pytorch: bool = False):
     e, h, v = GRU.embedding_dim, GRU.hidden_dim, GRU.vocab_size
-    if pytorch:     # PyTorch's defaults: N(0, 1) embedding, U(+-1/sqrt(h)) for the GRU
+    if pytorch:  # PyTorch's defaults: N(0, 1) embedding, U(+-1/sqrt(h)) for the GRU
         weight_ih, weight_hh = pytorch_default((3 * h, e), h), pytorch_default((3 * h, h), h)
         embedding = RNG.normal(size=(v, e))
     else:
         weight_ih, weight_hh = glorot((3 * h, e), e, 3 * h), orthogonal(3 * h, h)
         embedding = RNG.uniform(-0.05, 0.05, (v, e))
-    arrays = {"embedding.weight": embedding, "fc.weight": glorot((2, h), h, 2), "fc.bias": np.zeros(2),
-              "gru.bias": np.zeros((2, 3 * h))}      # Keras's reset_after biases: one (2, 3h) array
-    if per_gate:    # Chainer's NStepGRU: each gate's (h, e) and (h, h) matrices apart, blocks of the stacked ones
-        arrays.update({f"gru.w{g}": weight_ih[g * h:(g + 1) * h] for g in range(3)})
-        arrays.update({f"gru.w{g + 3}": weight_hh[g * h:(g + 1) * h] for g in range(3)})
+    arrays = {
+        "embedding.weight": embedding,
+        "fc.weight": glorot((2, h), h, 2),
+        "fc.bias": np.zeros(2),
+        "gru.bias": np.zeros((2, 3 * h)),
+    }  # Keras's reset_after biases: one (2, 3h) array
+    if per_gate:  # Chainer's NStepGRU: each gate's (h, e) and (h, h) matrices apart, blocks of the stacked ones
+        arrays.update({f"gru.w{g}": weight_ih[g * h : (g + 1) * h] for g in range(3)})
+        arrays.update({f"gru.w{g + 3}": weight_hh[g * h : (g + 1) * h] for g in range(3)})
     else:
         arrays.update({"gru.weight_ih": weight_ih, "gru.weight_hh": weight_hh})
     return arrays
@@ -97,7 +110,7 @@ def test_the_grus_scheme_holds_for_stacked_and_per_gate_storage(per_gate):
 def test_pytorchs_gru_defaults_fail_the_grus_scheme():
     problems = init.check("gru_imdb", init.stats(gru_arrays(pytorch=True), "oi"), GRU)
     assert [p.split(" ")[0] for p in problems] == ["embedding.weight", "gru.weight_ih", "gru.weight_hh"]
-    assert "(recurrent): not orthogonal" in problems[-1]     # U(+-1/sqrt(h)) has the orthogonal matrix's spread
+    assert "(recurrent): not orthogonal" in problems[-1]  # U(+-1/sqrt(h)) has the orthogonal matrix's spread
 
 
 def test_per_gate_orthogonal_blocks_are_told_from_the_stacked_scheme():
@@ -114,10 +127,26 @@ def test_a_task_without_a_scheme_is_one_line():
 
 DENSENET = params.load("densenet_chestxray", "tiny")
 # a few arrays of a batch-normalised network, in each framework's names: PyTorch, Keras, Flax, MXNet, Chainer
-BATCH_NORM_ONES = ["features.norm0.weight", "conv1_bn/gamma", "bn.scale", "densenet0_stage1_batchnorm0_gamma",
-                   "/features/norm0/gamma", "conv1_bn/moving_variance", "bn.var", "densenet0_batchnorm0_running_var"]
-BATCH_NORM_ZEROS = ["features.norm0.bias", "conv1_bn/beta", "bn.bias", "densenet0_batchnorm0_beta",
-                    "conv1_bn/moving_mean", "bn.mean", "densenet0_batchnorm0_running_mean", "classifier.bias"]
+BATCH_NORM_ONES = [
+    "features.norm0.weight",
+    "conv1_bn/gamma",
+    "bn.scale",
+    "densenet0_stage1_batchnorm0_gamma",
+    "/features/norm0/gamma",
+    "conv1_bn/moving_variance",
+    "bn.var",
+    "densenet0_batchnorm0_running_var",
+]
+BATCH_NORM_ZEROS = [
+    "features.norm0.bias",
+    "conv1_bn/beta",
+    "bn.bias",
+    "densenet0_batchnorm0_beta",
+    "conv1_bn/moving_mean",
+    "bn.mean",
+    "densenet0_batchnorm0_running_mean",
+    "classifier.bias",
+]
 
 
 def he_normal(shape, fan_in, truncated=False):
@@ -126,7 +155,7 @@ def he_normal(shape, fan_in, truncated=False):
         return RNG.normal(0, std, shape)
     # Keras's and Flax's truncated normal: cut at 2 standard deviations, rescaled to the same spread
     draws = RNG.normal(0, 1, (int(np.prod(shape)) * 2,))
-    draws = draws[np.abs(draws) < 2][:int(np.prod(shape))]
+    draws = draws[np.abs(draws) < 2][: int(np.prod(shape))]
     return (draws / 0.87962566103423978 * std).reshape(shape)
 
 
@@ -142,13 +171,15 @@ def batch_normalised(conv, head=True):
 @pytest.mark.parametrize("task", ["densenet_chestxray", "resnet50_features"])
 @pytest.mark.parametrize("truncated", [False, True])
 def test_he_normal_convolutions_batch_norm_at_one_and_zero_and_a_glorot_head_pass(task, truncated):
-    arrays = batch_normalised(lambda shape, fan_in: he_normal(shape, fan_in, truncated), head=task != "resnet50_features")
+    arrays = batch_normalised(
+        lambda shape, fan_in: he_normal(shape, fan_in, truncated), head=task != "resnet50_features"
+    )
     assert init.check(task, init.stats(arrays, "oi"), DENSENET) == []
 
 
 def test_torchvisions_resnet_fan_out_convolutions_and_a_pytorch_default_head_are_named():
     arrays = batch_normalised(lambda shape, fan_in: he_normal(shape, fan_in))
-    arrays["conv1.weight"] = RNG.normal(0, math.sqrt(2 / 128), (128, 64, 1, 1))   # fan-out: 128 * 1 * 1
+    arrays["conv1.weight"] = RNG.normal(0, math.sqrt(2 / 128), (128, 64, 1, 1))  # fan-out: 128 * 1 * 1
     arrays["classifier.weight"] = pytorch_default((14, 1024), 1024)
     problems = init.check("densenet_chestxray", init.stats(arrays, "oi"), DENSENET)
     assert [p.split(" ")[0] for p in problems] == ["conv1.weight", "classifier.weight"], problems
@@ -159,5 +190,7 @@ def test_a_batch_norm_scale_at_zero_or_a_shift_at_one_is_named():
     arrays["conv1_bn/gamma"] = np.zeros(64)
     arrays["conv1_bn/beta"] = np.ones(64)
     problems = init.check("densenet_chestxray", init.stats(arrays, "oi"), DENSENET)
-    assert problems == ["conv1_bn/gamma (64,): a batch norm's scale (or running variance) starts at one, not mean 0 std 0",
-                        "conv1_bn/beta (64,): a bias starts at zero, not mean 1 std 0"]
+    assert problems == [
+        "conv1_bn/gamma (64,): a batch norm's scale (or running variance) starts at one, not mean 0 std 0",
+        "conv1_bn/beta (64,): a bias starts at zero, not mean 1 std 0",
+    ]

@@ -1,4 +1,5 @@
 """support.measure's numpy-only core, Bench: what a notebook's measurement part records, without a framework."""
+
 import json
 import shutil
 from pathlib import Path
@@ -14,8 +15,17 @@ CNN = params.load("cnn_cifar10", "tiny")
 
 
 def bench(task, settings, tmp_path, **kwargs):
-    return Bench(task, "pytorch", settings, precision="fp32", compilation=kwargs.pop("compilation", "off"),
-                 record_path=tmp_path / "record.json", environment={"machine": "m"}, gpu=False, **kwargs)
+    return Bench(
+        task,
+        "pytorch",
+        settings,
+        precision="fp32",
+        compilation=kwargs.pop("compilation", "off"),
+        record_path=tmp_path / "record.json",
+        environment={"machine": "m"},
+        gpu=False,
+        **kwargs,
+    )
 
 
 @pytest.mark.parametrize("compilation", ["on", "off"])
@@ -24,8 +34,12 @@ def test_an_inference_record_has_the_first_call_the_throughput_and_no_curve(tmp_
     b = bench("resnet50_features", RESNET, tmp_path, compilation=compilation)
     features = b.first_call(lambda: calls.append(1) or np.ones((RESNET.batch_size, 2048)))
     summary = b.throughput(lambda: calls.append(1))
-    record = b.write(metrics={"images_per_s": summary["samples_per_s"]}, data="synthetic", n_parameters=1,
-                     feature_shape=list(features.shape))
+    record = b.write(
+        metrics={"images_per_s": summary["samples_per_s"]},
+        data="synthetic",
+        n_parameters=1,
+        feature_shape=list(features.shape),
+    )
     assert len(calls) == 1 + RESNET.warmup_batches + RESNET.n_batches
     assert record == json.loads((tmp_path / "record.json").read_text())
     assert record["timing"]["n"] == RESNET.n_batches and record["timing"]["unit"] == "batch"
@@ -48,8 +62,16 @@ def test_a_training_record_has_its_epochs_its_steady_state_and_a_first_step_of_a
 
 def test_a_precision_the_device_cannot_run_stops_with_its_record(tmp_path):
     with pytest.raises(records.Unsupported):
-        Bench("cnn_cifar10", "pytorch", CNN, precision="fp16", compilation="off", record_path=tmp_path / "r.json",
-              environment={"machine": "m"}, gpu=False)
+        Bench(
+            "cnn_cifar10",
+            "pytorch",
+            CNN,
+            precision="fp16",
+            compilation="off",
+            record_path=tmp_path / "r.json",
+            environment={"machine": "m"},
+            gpu=False,
+        )
     record = json.loads((tmp_path / "r.json").read_text())
     assert record["status"] == "unsupported" and "float16" in record["error"] and record["precision"] == "fp16"
 
@@ -79,8 +101,10 @@ print(json.dumps({"epoch": epoch_copies, "steady": len(copied) - epoch_copies, "
 """
 
 
-@pytest.mark.parametrize("backend", ["tensorflow", pytest.param("jax", marks=pytest.mark.matrix),
-                                     pytest.param("torch", marks=pytest.mark.matrix)])
+@pytest.mark.parametrize(
+    "backend",
+    ["tensorflow", pytest.param("jax", marks=pytest.mark.matrix), pytest.param("torch", marks=pytest.mark.matrix)],
+)
 def test_keras_steady_state_waits_for_the_device_only_at_its_laps_ends(backend):
     """fit()'s callbacks copy every step's logs to the host (on TensorFlow before the next step starts): the
     steady state runs fit() without that copy, so Keras's steps, like every framework's, wait only at a lap's
@@ -89,8 +113,15 @@ def test_keras_steady_state_waits_for_the_device_only_at_its_laps_ends(backend):
     import sys
 
     from support import env
-    proc = subprocess.run([sys.executable, "-c", KERAS_STEADY_STATE, backend], capture_output=True, text=True,
-                          timeout=300, cwd=env.ROOT, env={**__import__("os").environ, **env.project_environment()})
+
+    proc = subprocess.run(
+        [sys.executable, "-c", KERAS_STEADY_STATE, backend],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=env.ROOT,
+        env={**__import__("os").environ, **env.project_environment()},
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     counts = json.loads(proc.stdout.strip().splitlines()[-1])
     assert counts == {"epoch": 2, "steady": 0, "n": CNN.step_repeats}
@@ -137,14 +168,20 @@ def test_the_sweeps_decisions_on_two_ranks_are_rank_0s_over_a_two_backend_group(
     import sys
 
     from support import env
+
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     script = tmp_path / "two_ranks.py"
     script.write_text(TWO_RANKS)
-    proc = subprocess.run([sys.executable, str(script), str(port), str(tmp_path / "rank")], capture_output=True,
-                          text=True, timeout=300, cwd=env.ROOT,
-                          env={**__import__("os").environ, **env.project_environment(), "PYTHONPATH": str(env.ROOT)})
+    proc = subprocess.run(
+        [sys.executable, str(script), str(port), str(tmp_path / "rank")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=env.ROOT,
+        env={**__import__("os").environ, **env.project_environment(), "PYTHONPATH": str(env.ROOT)},
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     ranks = [json.loads((tmp_path / f"rank.{r}").read_text()) for r in (0, 1)]
     assert ranks[0] == ranks[1] == {"agreed": [10.0, None], "sizes": [1, 2, 4]}
@@ -153,19 +190,29 @@ def test_the_sweeps_decisions_on_two_ranks_are_rank_0s_over_a_two_backend_group(
 def test_the_notebooks_hyperparameters_must_be_the_profiles_and_are_recorded(tmp_path):
     b = bench("cnn_cifar10", CNN, tmp_path)
     assert b.hyperparameters(learning_rate=0.01, momentum=0.9, batch_size=CNN.batch_size, epochs=CNN.epochs) == {
-        "learning_rate": 0.01, "momentum": 0.9, "batch_size": CNN.batch_size, "epochs": CNN.epochs}
+        "learning_rate": 0.01,
+        "momentum": 0.9,
+        "batch_size": CNN.batch_size,
+        "epochs": CNN.epochs,
+    }
     with pytest.raises(ValueError) as err:
         b.hyperparameters(learning_rate=0.1)
-    assert str(err.value) == ("hyperparameter learning_rate=0.1 in the notebook, but the 'tiny' profile of cnn_cifar10 "
-                              "says lr=0.01: change the notebook's value or the profile (support/params.py)")
-    with pytest.raises(ValueError, match=r"^hyperparameter 'dropout': the cnn_cifar10 profile has no 'dropout'; it has "):
+    assert str(err.value) == (
+        "hyperparameter learning_rate=0.1 in the notebook, but the 'tiny' profile of cnn_cifar10 "
+        "says lr=0.01: change the notebook's value or the profile (support/params.py)"
+    )
+    with pytest.raises(
+        ValueError, match=r"^hyperparameter 'dropout': the cnn_cifar10 profile has no 'dropout'; it has "
+    ):
         b.hyperparameters(dropout=0.5)
 
 
-def test_the_onnx_check_compares_records_a_variants_failure_and_raises_an_undocumented_float32_one(tmp_path,
-                                                                                                    monkeypatch):
+def test_the_onnx_check_compares_records_a_variants_failure_and_raises_an_undocumented_float32_one(
+    tmp_path, monkeypatch
+):
     from support import files
-    def scratch(task, framework):      # as support.files.scratch: an empty folder each call
+
+    def scratch(task, framework):  # as support.files.scratch: an empty folder each call
         shutil.rmtree(tmp_path / "scratch", ignore_errors=True)
         return Path(tmp_path / "scratch").mkdir() or tmp_path / "scratch"
 
@@ -175,18 +222,21 @@ def test_the_onnx_check_compares_records_a_variants_failure_and_raises_an_undocu
     b = bench("cnn_cifar10", CNN, tmp_path)
     assert b.onnx(written.append, lambda path, x: x + 1e-7, expected - 1e-7, expected)["onnx"]["max_rel_error"] < 1e-5
     assert written == [tmp_path / "scratch" / "model.onnx"]
-    (tmp_path / "scratch" / "checkpoint.pt").write_text("saved")       # what the notebook saved before the check
+    (tmp_path / "scratch" / "checkpoint.pt").write_text("saved")  # what the notebook saved before the check
     b.onnx(written.append, lambda path, x: x, expected, expected)
     assert (tmp_path / "scratch" / "checkpoint.pt").read_text() == "saved" and b.folder() == tmp_path / "scratch"
 
     def refuses(path, x):
-        raise RuntimeError("[ONNXRuntimeError] : 9 : NOT_IMPLEMENTED : Could not find an implementation for Conv(11)\nmore")
+        raise RuntimeError(
+            "[ONNXRuntimeError] : 9 : NOT_IMPLEMENTED : Could not find an implementation for Conv(11)\nmore"
+        )
 
-    with pytest.raises(RuntimeError, match="NOT_IMPLEMENTED"):      # float32, nobody said why: a defect
+    with pytest.raises(RuntimeError, match="NOT_IMPLEMENTED"):  # float32, nobody said why: a defect
         b.onnx(written.append, refuses, expected, expected)
     assert b.onnx(written.append, refuses, expected, expected, documented="the exporter's pooling") == {
         "unavailable": "the exporter's pooling: RuntimeError: [ONNXRuntimeError] : 9 : NOT_IMPLEMENTED : "
-                       "Could not find an implementation for Conv(11)"}
-    b.precision = "bf16"                                           # a variant's graph ONNX Runtime cannot run
+        "Could not find an implementation for Conv(11)"
+    }
+    b.precision = "bf16"  # a variant's graph ONNX Runtime cannot run
     assert b.onnx(written.append, refuses, expected, expected)["unavailable"].startswith("RuntimeError: [ONNXRuntime")
     assert b.fields["onnx"]["unavailable"].endswith("Conv(11)")

@@ -1,4 +1,5 @@
 """support.params: one source of numbers, three profiles, clear errors."""
+
 import pytest
 
 from support import params, tasks, timing
@@ -10,9 +11,9 @@ def test_every_task_has_every_profile_and_they_shrink(task):
     assert (full.profile, cpu.profile, tiny.profile) == ("full", "cpu", "tiny")
     if task != "resnet50_features":
         assert full.n_train is None and cpu.n_train > tiny.n_train
-    else:       # every profile times at least 7 batches; the smaller ones take smaller batches and images
+    else:  # every profile times at least 7 batches; the smaller ones take smaller batches and images
         assert full.n_batches >= cpu.n_batches >= tiny.n_batches
-        work = lambda settings: settings.n_batches * settings.batch_size * settings.image_size ** 2   # noqa: E731
+        work = lambda settings: settings.n_batches * settings.batch_size * settings.image_size**2  # noqa: E731
         assert work(full) > work(cpu) > work(tiny)
 
 
@@ -30,8 +31,14 @@ def test_full_is_the_seed_settings():
     cnn = params.load("cnn_cifar10", "full")
     assert (cnn.epochs, cnn.batch_size, cnn.lr, cnn.momentum, cnn.n_classes) == (10, 64, 0.01, 0.9, 10)
     gru = params.load("gru_imdb", "full")
-    assert (gru.epochs, gru.batch_size, gru.embedding_dim, gru.hidden_dim, gru.max_len, gru.vocab_size) == \
-        (3, 64, 125, 100, 150, 30000)
+    assert (gru.epochs, gru.batch_size, gru.embedding_dim, gru.hidden_dim, gru.max_len, gru.vocab_size) == (
+        3,
+        64,
+        125,
+        100,
+        150,
+        30000,
+    )
     dn = params.load("densenet_chestxray", "full")
     assert (dn.n_labels, dn.image_size, dn.resize, dn.lr, dn.epochs, dn.batch_size) == (14, 224, 264, 1e-4, 5, 32)
     assert params.load("resnet50_features", "full").n_features == 2048
@@ -54,23 +61,34 @@ def test_an_override_from_the_environment_replaces_numbers_in_the_loaded_profile
     monkeypatch.setenv(params.OVERRIDE_VARIABLE, "epochs=2, n_train=8192,lr=0.5")
     settings = params.load("cnn_cifar10", "full")
     assert (settings.profile, settings.epochs, settings.n_train, settings.lr, settings.batch_size) == (
-        "full", 2, 8192, 0.5, 64)
-    assert params.as_dict(settings)["epochs"] == 2          # what a record's params show
+        "full",
+        2,
+        8192,
+        0.5,
+        64,
+    )
+    assert params.as_dict(settings)["epochs"] == 2  # what a record's params show
     assert "epochs = 2   (DLROSETTA_PARAMS)" in capsys.readouterr().out
     monkeypatch.setenv(params.OVERRIDE_VARIABLE, "n_train=none")
-    assert params.load("gru_imdb", "cpu").n_train is None     # a size of None: the whole dataset
+    assert params.load("gru_imdb", "cpu").n_train is None  # a size of None: the whole dataset
     monkeypatch.delenv(params.OVERRIDE_VARIABLE)
     assert params.load("cnn_cifar10", "full") == params._PROFILES["cnn_cifar10"]["full"]
 
 
-@pytest.mark.parametrize("text, message", [
-    ("epoch=2", "DLROSETTA_PARAMS: resnet50_features has no parameter 'epoch'; choose from: batch_size, n_batches,"),
-    ("profile=tiny", "has no parameter 'profile'"),
-    ("n_batches=two", "DLROSETTA_PARAMS: n_batches='two' is not a whole number"),
-    ("batch_size=1.5", "batch_size='1.5' is not a whole number"),
-    ("sweep_budget_s=inf", "sweep_budget_s='inf' is not a number"),
-    ("n_batches", "'n_batches' is not NAME=VALUE"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        (
+            "epoch=2",
+            "DLROSETTA_PARAMS: resnet50_features has no parameter 'epoch'; choose from: batch_size, n_batches,",
+        ),
+        ("profile=tiny", "has no parameter 'profile'"),
+        ("n_batches=two", "DLROSETTA_PARAMS: n_batches='two' is not a whole number"),
+        ("batch_size=1.5", "batch_size='1.5' is not a whole number"),
+        ("sweep_budget_s=inf", "sweep_budget_s='inf' is not a number"),
+        ("n_batches", "'n_batches' is not NAME=VALUE"),
+    ],
+)
 def test_a_bad_override_is_one_line_naming_it(monkeypatch, text, message):
     monkeypatch.setenv(params.OVERRIDE_VARIABLE, text)
     with pytest.raises(ValueError) as err:

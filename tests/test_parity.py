@@ -3,6 +3,7 @@
 The PyTorch models are the notebooks' own (their class cells are executed here), so a pass says
 that the reference computes what the PyTorch notebooks compute, to float32 accuracy.
 """
+
 import functools
 
 import nbformat
@@ -22,12 +23,13 @@ def shared(request):
 
 # --- the file and its layout -------------------------------------------------------------------
 
+
 def test_weights_are_written_once_and_read_back_unchanged():
     task = "gru_imdb"
     weights, x = parity.load(task)
     assert parity.path(task).exists() and parity.path(task).name == f"{task}-v{parity.VERSION}.npz"
-    again, x_again = parity.load(task)                 # from the file this time
-    drawn, x_drawn = parity.make(task)                 # and drawn afresh: the same numbers
+    again, x_again = parity.load(task)  # from the file this time
+    drawn, x_drawn = parity.make(task)  # and drawn afresh: the same numbers
     assert list(again) == list(drawn) == list(parity.layout(task))
     for name in weights:
         np.testing.assert_array_equal(again[name], drawn[name])
@@ -45,10 +47,10 @@ def test_layout_names_every_array_with_its_shape(shared):
 
 def test_the_sizes_are_the_notebooks_models():
     shapes = {task: parity.layout(task) for task in parity.TASKS}
-    assert shapes["cnn_cifar10"]["features.8.weight"] == (100, 100, 3, 3)      # OIHW
-    assert shapes["cnn_cifar10"]["classifier.1.weight"] == (512, 6400)         # (out, in)
+    assert shapes["cnn_cifar10"]["features.8.weight"] == (100, 100, 3, 3)  # OIHW
+    assert shapes["cnn_cifar10"]["classifier.1.weight"] == (512, 6400)  # (out, in)
     assert shapes["gru_imdb"]["embedding.weight"] == (30000, 125)
-    assert shapes["gru_imdb"]["gru.weight_ih_l0"] == (300, 125)                # gates r, z, n stacked
+    assert shapes["gru_imdb"]["gru.weight_ih_l0"] == (300, 125)  # gates r, z, n stacked
     assert shapes["gru_imdb"]["gru.weight_hh_l0"] == (300, 100)
     assert shapes["resnet50_features"]["layer4.2.bn3.running_var"] == (2048,)
     counts = {task: parity.n_parameters(task) for task in parity.TASKS}
@@ -60,7 +62,7 @@ def test_the_inputs_are_fixed_batches_in_the_loaders_formats():
     assert images.shape == (4, 3, 32, 32) and images.dtype == np.float32
     _, tokens = parity.load("gru_imdb")
     assert tokens.shape == (4, 150) and tokens.dtype == np.int32
-    assert tokens.min() == 0 and tokens.max() == 29999                    # padding and the last embedding row
+    assert tokens.min() == 0 and tokens.max() == 29999  # padding and the last embedding row
     assert (tokens[:, 0] == 0).sum() == 3 and (tokens == 1).sum(axis=1).tolist() == [1, 1, 1, 1]
     _, resnet_images = parity.load("resnet50_features")
     assert resnet_images.shape == (2, 3, 64, 64)
@@ -77,7 +79,7 @@ def test_reference_outputs_are_order_one_and_depend_on_the_input(shared):
 def test_relative_error_is_relative_to_the_outputs_scale():
     ref = np.array([[100.0, 0.0], [-50.0, 1e-9]])
     assert parity.relative_error(ref, ref) == 0
-    assert parity.relative_error(ref + 0.01, ref) == pytest.approx(1e-4)   # not 0.01 / 1e-9
+    assert parity.relative_error(ref + 0.01, ref) == pytest.approx(1e-4)  # not 0.01 / 1e-9
     assert parity.relative_error(np.zeros(3), np.zeros(3)) == 0
     with pytest.raises(ValueError, match="shape"):
         parity.relative_error(ref[:1], ref)
@@ -86,16 +88,19 @@ def test_relative_error_is_relative_to_the_outputs_scale():
 def test_reference_layers_on_hand_checked_cases():
     x = np.arange(16.0).reshape(1, 1, 4, 4)
     assert parity.max_pool(x, 2, 2).ravel().tolist() == [5, 7, 13, 15]
-    assert parity.max_pool(-x, 3, 2, padding=1).ravel().tolist() == [0, -1, -4, -5]     # padding never wins
+    assert parity.max_pool(-x, 3, 2, padding=1).ravel().tolist() == [0, -1, -4, -5]  # padding never wins
     kernel = np.zeros((1, 1, 3, 3))
-    kernel[0, 0, 0, 1] = 1                                 # picks the pixel above: cross-correlation
+    kernel[0, 0, 0, 1] = 1  # picks the pixel above: cross-correlation
     shifted = parity.conv2d(x, kernel, padding=1)[0, 0]
     assert shifted[1:].tolist() == x[0, 0, :-1].tolist() and shifted[0].tolist() == [0, 0, 0, 0]
-    assert parity.conv2d(x, np.ones((2, 1, 1, 1)), b=np.array([0.0, 1.0]), stride=2)[0, :, :, 0].tolist() == \
-        [[0, 8], [1, 9]]
+    assert parity.conv2d(x, np.ones((2, 1, 1, 1)), b=np.array([0.0, 1.0]), stride=2)[0, :, :, 0].tolist() == [
+        [0, 8],
+        [1, 9],
+    ]
 
 
 # --- the reference against the PyTorch notebooks' models ----------------------------------------
+
 
 def notebook_cell(task, marker):
     """The source of the PyTorch notebook's code cell that contains `marker`."""
@@ -103,14 +108,14 @@ def notebook_cell(task, marker):
     return next(c.source for c in nb.cells if c.cell_type == "code" and marker in c.source)
 
 
-@functools.lru_cache(maxsize=None)    # built once per task: initialising ResNet-50 takes seconds
+@functools.cache  # built once per task: initialising ResNet-50 takes seconds
 def pytorch_model(task):
     torch = pytest.importorskip("torch")
     nn = torch.nn
     torch.manual_seed(0)
     if task == "resnet50_features":
         torchvision = pytest.importorskip("torchvision")
-        model = torchvision.models.resnet50(weights=None)   # as the notebook builds it; nothing is downloaded
+        model = torchvision.models.resnet50(weights=None)  # as the notebook builds it; nothing is downloaded
         model.fc = nn.Identity()
         return model
     if task == "cnn_cifar10":
@@ -135,7 +140,7 @@ def test_pytorch_matches_the_reference_in_float32(shared):
     task, weights, x, expected = shared
     torch = pytest.importorskip("torch")
     model = pytorch_model(task)
-    model.load_state_dict({k: torch.from_numpy(v) for k, v in weights.items()})   # strict: every name matches
+    model.load_state_dict({k: torch.from_numpy(v) for k, v in weights.items()})  # strict: every name matches
     model.eval()
     with torch.inference_mode():
         inputs = torch.from_numpy(x).long() if task == "gru_imdb" else torch.from_numpy(x)
@@ -150,8 +155,13 @@ def test_compare_prints_the_verdict_and_returns_the_records_fields(shared, capsy
     task, weights, x, expected = shared
     near = expected.astype(np.float32)
     fields = parity.compare(task, near, weights, x)
-    assert fields == {"parity": {"max_rel_error": parity.relative_error(near, expected), "tolerance": 1e-4,
-                                 "outputs_shape": list(near.shape)}}
+    assert fields == {
+        "parity": {
+            "max_rel_error": parity.relative_error(near, expected),
+            "tolerance": 1e-4,
+            "outputs_shape": list(near.shape),
+        }
+    }
     scale = "features" if task == "resnet50_features" else "logits"
     assert f"of the {scale}' scale (within the fp32 tolerance 0.0001)" in capsys.readouterr().out
     assert parity.compare(task, expected + np.abs(expected).max() * 1e-3, weights, x)["parity"]["max_rel_error"] > 1e-4

@@ -1,4 +1,5 @@
 """support.timing: warm-up kept apart, robust statistics, synchronisation, throughput."""
+
 import pytest
 
 from support import timing
@@ -12,7 +13,7 @@ class FakeClock:
 
     def __call__(self):
         self.reads += 1
-        if self.reads % 2 == 0:          # the end of a lap
+        if self.reads % 2 == 0:  # the end of a lap
             self.now += self.durations.pop(0)
         return self.now
 
@@ -33,8 +34,7 @@ def test_stopwatch_keeps_warmup_apart_and_reports_median_and_iqr():
 
 def test_sync_runs_before_each_clock_read():
     events = []
-    watch = timing.Stopwatch(warmup=0, sync=lambda: events.append("sync"),
-                             clock=lambda: events.append("clock") or 0.0)
+    watch = timing.Stopwatch(warmup=0, sync=lambda: events.append("sync"), clock=lambda: events.append("clock") or 0.0)
     with watch.lap():
         events.append("work")
     assert events == ["sync", "clock", "work", "sync", "clock"]
@@ -42,8 +42,9 @@ def test_sync_runs_before_each_clock_read():
 
 def test_start_and_stop_time_a_lap_as_the_with_block_does():
     events, reads = [], iter([1.0, 4.0])
-    watch = timing.Stopwatch(warmup=0, sync=lambda: events.append("sync"),
-                             clock=lambda: events.append("clock") or next(reads))
+    watch = timing.Stopwatch(
+        warmup=0, sync=lambda: events.append("sync"), clock=lambda: events.append("clock") or next(reads)
+    )
     watch.start()
     events.append("work")
     assert watch.stop(samples=8) == 3.0
@@ -82,7 +83,7 @@ def test_benchmark_calls_warmup_plus_repeats():
 def test_stats_spread_and_errors():
     s = timing.stats([2.0, 2.0, 2.0])
     assert s["cv"] == 0.0 and s["std_s"] == 0.0
-    assert timing.stats([1.0, 3.0])["cv"] == pytest.approx(2 ** 0.5 / 2)
+    assert timing.stats([1.0, 3.0])["cv"] == pytest.approx(2**0.5 / 2)
     with pytest.raises(ValueError, match="no timed laps"):
         timing.Stopwatch(warmup=3).summary()
 
@@ -95,16 +96,23 @@ def test_describe_is_one_readable_line():
 
 def test_steady_state_syncs_only_at_each_repeats_ends_and_keeps_every_repeat():
     events = []
-    clock = FakeClock([0.3, 0.6, 0.3, 0.3, 0.9, 0.3, 0.3])          # each repeat's time, for 3 steps
-    s = timing.steady_state(lambda: events.append("step"), steps=3, repeats=7, warmup=2, samples=8,
-                            sync=lambda: events.append("sync"), clock=clock)
-    assert events[:3] == ["step", "step", "sync"]                    # warm-up, then the first repeat's start
-    assert events[2:8] == ["sync", "step", "step", "step", "sync", "sync"]   # never between steps
+    clock = FakeClock([0.3, 0.6, 0.3, 0.3, 0.9, 0.3, 0.3])  # each repeat's time, for 3 steps
+    s = timing.steady_state(
+        lambda: events.append("step"),
+        steps=3,
+        repeats=7,
+        warmup=2,
+        samples=8,
+        sync=lambda: events.append("sync"),
+        clock=clock,
+    )
+    assert events[:3] == ["step", "step", "sync"]  # warm-up, then the first repeat's start
+    assert events[2:8] == ["sync", "step", "step", "step", "sync", "sync"]  # never between steps
     assert events.count("step") == 2 + 7 * 3 and events.count("sync") == 2 * 7
     assert s["unit"] == "step" and s["n"] == 7 and s["steps_per_repeat"] == 3 and s["warmup_steps"] == 2
-    assert s["laps_s"] == pytest.approx([0.1, 0.2, 0.1, 0.1, 0.3, 0.1, 0.1])     # per step
+    assert s["laps_s"] == pytest.approx([0.1, 0.2, 0.1, 0.1, 0.3, 0.1, 0.1])  # per step
     assert s["median_s"] == pytest.approx(0.1) and s["max_s"] == pytest.approx(0.3) and s["min_s"] == pytest.approx(0.1)
-    assert s["samples_per_s"] == pytest.approx(80.0)                  # the global batch / the median step
+    assert s["samples_per_s"] == pytest.approx(80.0)  # the global batch / the median step
     assert s["p95_s"] == pytest.approx(0.27)
 
 
@@ -115,9 +123,15 @@ def test_steady_state_refuses_zero_steps_or_repeats():
 
 def test_steady_state_reads_the_first_and_last_steps_loss_outside_the_timed_laps():
     events, losses = [], iter([3.0, 2.9, 2.8, 2.7, 2.6, 2.5, 2.4, 2.3, 2.2])
-    s = timing.steady_state(lambda: events.append("step") or next(losses), steps=1, repeats=7, warmup=2,
-                            sync=lambda: events.append("sync"), loss=lambda out: events.append(f"loss {out}") or out)
-    assert events[:2] == ["step", "loss 3.0"] and events[-2:] == ["sync", "loss 2.2"]   # after the last lap closed
+    s = timing.steady_state(
+        lambda: events.append("step") or next(losses),
+        steps=1,
+        repeats=7,
+        warmup=2,
+        sync=lambda: events.append("sync"),
+        loss=lambda out: events.append(f"loss {out}") or out,
+    )
+    assert events[:2] == ["step", "loss 3.0"] and events[-2:] == ["sync", "loss 2.2"]  # after the last lap closed
     assert (s["loss_first"], s["loss_last"]) == (3.0, 2.2)
     with pytest.raises(ValueError, match="warmup >= 1 with loss="):
         timing.steady_state(lambda: 1.0, steps=1, warmup=0, loss=float)
@@ -127,9 +141,15 @@ def steady_state_of_a_small_cnn(fault: str = "") -> dict:
     """The tiny profile's steady state (1 warm-up step, then 7 repeats of 2) of a dropout CNN with SGD on one
     fixed batch, as the notebooks run it; `fault`: "zero gradients" or "no optimizer step"."""
     import torch
+
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(), torch.nn.Dropout(0.25),
-                                torch.nn.Flatten(), torch.nn.Linear(8 * 8 * 8, 10))
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 3, padding=1),
+        torch.nn.ReLU(),
+        torch.nn.Dropout(0.25),
+        torch.nn.Flatten(),
+        torch.nn.Linear(8 * 8 * 8, 10),
+    )
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     x, y = torch.randn(32, 3, 8, 8), torch.randint(0, 10, (32,))
 
@@ -143,6 +163,7 @@ def steady_state_of_a_small_cnn(fault: str = "") -> dict:
         if fault != "no optimizer step":
             optimizer.step()
         return loss
+
     return timing.steady_state(step, steps=2, repeats=7, warmup=1, loss=torch.Tensor.item)
 
 
@@ -153,22 +174,26 @@ def test_the_learning_rule_passes_a_model_that_fits_its_batch_and_fails_one_that
         ok, why = timing.learned(steady_state_of_a_small_cnn(fault))
         assert not ok and why.endswith(f"not the {100 * timing.LEARNING_MARGIN:.0f}% that learning needs"), (fault, why)
     assert timing.learned({"warmup_steps": 1, "n": 7, "steps_per_repeat": 2}) == (
-        False, "no loss recorded: pass loss= to timing.steady_state")
-    assert not timing.learned({"warmup_steps": 1, "n": 7, "steps_per_repeat": 2, "loss_first": 2.3,
-                               "loss_last": float("nan")})[0]
+        False,
+        "no loss recorded: pass loss= to timing.steady_state",
+    )
+    assert not timing.learned(
+        {"warmup_steps": 1, "n": 7, "steps_per_repeat": 2, "loss_first": 2.3, "loss_last": float("nan")}
+    )[0]
 
 
 def test_timed_returns_the_result_and_its_time_with_sync_at_both_ends():
     events = []
-    result, seconds = timing.timed(lambda: events.append("work") or 42, sync=lambda: events.append("sync"),
-                                   clock=FakeClock([2.5]))
+    result, seconds = timing.timed(
+        lambda: events.append("work") or 42, sync=lambda: events.append("sync"), clock=FakeClock([2.5])
+    )
     assert (result, seconds) == (42, 2.5) and events == ["sync", "work", "sync"]
 
 
 def test_the_harness_overhead_is_a_small_positive_time():
-    assert 0 < timing.overhead(laps=200) < 1e-3       # a lap's bookkeeping, not a step
+    assert 0 < timing.overhead(laps=200) < 1e-3  # a lap's bookkeeping, not a step
 
 
 def test_a_lazy_compilation_is_the_first_step_less_a_steady_one_never_negative():
     assert timing.lazy_compile_s(2.5, {"median_s": 0.5}) == 2.0
-    assert timing.lazy_compile_s(0.4, {"median_s": 0.5}) == 0.0      # a first step faster than the median
+    assert timing.lazy_compile_s(0.4, {"median_s": 0.5}) == 0.0  # a first step faster than the median

@@ -9,6 +9,7 @@ results.md), `plots`, `readme` (the README's table and results/index.md), `text`
 and HTML renderings). What every number means, and how the report treats a malformed record or a run that shared
 the machine: docs/methodology.md.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -19,13 +20,34 @@ from scripts.results import Layout
 from .peaks import attach_peaks, load_runs
 from .plots import plot, plot_curves, plot_sweeps, plot_variants
 from .readme import headline_profile, readme_table, update_readme, write_machines
-from .rows import (TASK_TITLES, baseline, flagged, groups, load_records, mark_band, matrix_rows, row, sort_key,
-                   sweep_rows)
+from .rows import (
+    TASK_TITLES,
+    baseline,
+    flagged,
+    groups,
+    load_records,
+    mark_band,
+    matrix_rows,
+    row,
+    sort_key,
+    sweep_rows,
+)
 from .tables import provenance, write_csv, write_markdown, write_sweeps_csv
 
 # What the runner, the reader and other tests use; each module's own names are imported from it.
-__all__ = ["TASK_TITLES", "baseline", "build", "flagged", "headline_profile", "load", "load_rows", "main",
-           "provenance", "readme_table", "write_machines"]
+__all__ = [
+    "TASK_TITLES",
+    "baseline",
+    "build",
+    "flagged",
+    "headline_profile",
+    "load",
+    "load_rows",
+    "main",
+    "provenance",
+    "readme_table",
+    "write_machines",
+]
 
 
 def load(machine_dir: Path) -> tuple[list[dict], dict[str, dict]]:
@@ -73,7 +95,8 @@ def main(argv=None) -> int:
     parser.add_argument("machine_dir", type=Path, help="a machine's results folder, results/<machine>")
     args = parser.parse_args(argv)
     if not args.machine_dir.is_dir():
-        raise SystemExit(f"{parser.prog}: {args.machine_dir} is no folder: give a machine's results folder, "
-                         "results/<machine>")
+        raise SystemExit(
+            f"{parser.prog}: {args.machine_dir} is no folder: give a machine's results folder, results/<machine>"
+        )
     build(args.machine_dir)
     return 0

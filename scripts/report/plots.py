@@ -3,10 +3,10 @@ bars, beside end to end), MFU, peak memory and the metric (`plot`); the learning
 variants' speed-ups (`plot_variants`) and the batch-size sweeps (`plot_sweeps`). matplotlib is imported only when a
 plot is drawn. What the numbers mean: docs/methodology.md.
 """
+
 from __future__ import annotations
 
 import dataclasses
-
 from pathlib import Path
 
 from support.files import replacing
@@ -18,8 +18,10 @@ from .text import EMPTY, MIB, NOT_COMPARABLE, fmt, fmt_metric
 
 def _pyplot():
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     return plt
 
 
@@ -45,8 +47,7 @@ def plot(task_rows: list[dict], path: Path, title: str) -> None:
     metric = METRICS.get(task_rows[0]["task"])
     labels = [row_title(r) + ("" if comparable(r) else f" {NOT_COMPARABLE}") for r in task_rows]
     panels = 3 + bool(metric)
-    fig, axes = plt.subplots(1, panels, figsize=(4.3 * panels, 0.5 * len(task_rows) + 2.0), sharey=True,
-                             squeeze=False)
+    fig, axes = plt.subplots(1, panels, figsize=(4.3 * panels, 0.5 * len(task_rows) + 2.0), sharey=True, squeeze=False)
     ax_t, ax_u, ax_mem = axes[0][:3]
     y = list(range(len(task_rows)))
     handles, filled = {}, set()
@@ -59,8 +60,9 @@ def plot(task_rows: list[dict], path: Path, title: str) -> None:
     def bars(ax, values, offset, height, color, label, errors=None, text=fmt, hatch_flagged=True):
         shown = [v if number(v) else 0 for v in values]
         colors = [color if number(v) else "lightgrey" for v in values]
-        drawn = ax.barh([i + offset for i in y], shown, height=height, color=colors,
-                        xerr=errors, capsize=3 if errors else 0)
+        drawn = ax.barh(
+            [i + offset for i in y], shown, height=height, color=colors, xerr=errors, capsize=3 if errors else 0
+        )
         if label:
             handles.setdefault(ax, []).append(Patch(color=color, label=label))
         if any(number(v) for v in values):
@@ -69,7 +71,7 @@ def plot(task_rows: list[dict], path: Path, title: str) -> None:
             if hatch_flagged and not comparable(r):
                 bar.set_hatch("//")
         for i, (v, r) in enumerate(zip(values, task_rows)):
-            right = shown[i] + (errors[1][i] if errors else 0)         # the label clears the error bar
+            right = shown[i] + (errors[1][i] if errors else 0)  # the label clears the error bar
             ax.text(right, i + offset, f" {text(v)}" if number(v) else f" {missing(r)}", va="center", fontsize=7)
 
     compute = [r["compute_samples_per_s"] for r in task_rows]
@@ -81,31 +83,65 @@ def plot(task_rows: list[dict], path: Path, title: str) -> None:
         bars(ax_t, compute, -0.2, 0.4, "tab:blue", "compute: steady-state steps (bar: IQR)", errors)
         bars(ax_t, [r["e2e_samples_per_s"] for r in task_rows], 0.2, 0.4, "tab:orange", "end to end: epochs")
         ax_t.set_xlabel("samples/s")
-    bars(ax_u, [None if r["mfu"] is None else 100 * r["mfu"] for r in task_rows], 0, 0.7, "tab:purple", None,
-         text=lambda v: f"{fmt(v, 2)}%")
+    bars(
+        ax_u,
+        [None if r["mfu"] is None else 100 * r["mfu"] for r in task_rows],
+        0,
+        0.7,
+        "tab:purple",
+        None,
+        text=lambda v: f"{fmt(v, 2)}%",
+    )
     ax_u.set_xlabel("MFU, % of the measured matmul peak in the row's precision")
     if has_device_memory(task_rows):
-        bars(ax_mem, [r["host_peak_bytes"] and r["host_peak_bytes"] / MIB for r in task_rows], -0.2, 0.4,
-             "tab:brown", "host (peak RSS)", hatch_flagged=False)
-        bars(ax_mem, [r["device_peak_bytes"] and r["device_peak_bytes"] / MIB for r in task_rows], 0.2, 0.4,
-             "tab:olive", "device (allocator peak)", hatch_flagged=False)
+        bars(
+            ax_mem,
+            [r["host_peak_bytes"] and r["host_peak_bytes"] / MIB for r in task_rows],
+            -0.2,
+            0.4,
+            "tab:brown",
+            "host (peak RSS)",
+            hatch_flagged=False,
+        )
+        bars(
+            ax_mem,
+            [r["device_peak_bytes"] and r["device_peak_bytes"] / MIB for r in task_rows],
+            0.2,
+            0.4,
+            "tab:olive",
+            "device (allocator peak)",
+            hatch_flagged=False,
+        )
     else:
-        bars(ax_mem, [r["host_peak_bytes"] and r["host_peak_bytes"] / MIB for r in task_rows], 0, 0.7,
-             "tab:brown", None, hatch_flagged=False)
+        bars(
+            ax_mem,
+            [r["host_peak_bytes"] and r["host_peak_bytes"] / MIB for r in task_rows],
+            0,
+            0.7,
+            "tab:brown",
+            None,
+            hatch_flagged=False,
+        )
     ax_mem.set_xlabel("peak memory, MiB" + ("" if has_device_memory(task_rows) else " (host, resident)"))
     if metric:
         ax_m = axes[0][3]
         scored = [r["value"] if r["status"] == "ok" else None for r in task_rows]
         bars(ax_m, scored, 0, 0.7, "tab:green", None, text=fmt_metric, hatch_flagged=False)
-        ax_m.set_xlabel(task_rows[0]["metric"] + ("" if all(comparable(r) for r in task_rows)
-                                                 else f"  ({NOT_COMPARABLE}: outside the band, time not comparable)"))
+        ax_m.set_xlabel(
+            task_rows[0]["metric"]
+            + (
+                ""
+                if all(comparable(r) for r in task_rows)
+                else f"  ({NOT_COMPARABLE}: outside the band, time not comparable)"
+            )
+        )
     ax_t.set_yticks(y, labels)
     ax_t.invert_yaxis()
     for ax in axes[0]:
         if ax in filled:
             ax.margins(x=0.25)
             ax.set_xlim(left=0)
-        else:                                       # nothing measured (schema-1 records, failed runs)
+        else:  # nothing measured (schema-1 records, failed runs)
             ax.set_xlim(0, 1)
             ax.set_xticks([])
             ax.text(0.5, 0.5, "not in these records", transform=ax.transAxes, ha="center", color="grey")
@@ -127,9 +163,15 @@ def plot_curves(task_rows: list[dict], path: Path, title: str) -> bool:
     colors = plt.get_cmap("tab10" if len(curves) <= 10 else "tab20").colors
     for i, r in enumerate(curves):
         epochs = range(1, len(r["curve"]) + 1)
-        ax.plot(epochs, r["curve"], marker="o", markersize=3, color=colors[i % len(colors)],
-                linestyle="-" if comparable(r) else "--",
-                label=row_title(r) + ("" if comparable(r) else f" {NOT_COMPARABLE} outside band"))
+        ax.plot(
+            epochs,
+            r["curve"],
+            marker="o",
+            markersize=3,
+            color=colors[i % len(colors)],
+            linestyle="-" if comparable(r) else "--",
+            label=row_title(r) + ("" if comparable(r) else f" {NOT_COMPARABLE} outside band"),
+        )
     ax.set_xlabel("epoch")
     ax.set_ylabel(curves[0]["metric"])
     ax.xaxis.get_major_locator().set_params(integer=True)
@@ -173,7 +215,7 @@ def plot_sweeps(sweeps: list[dict], path: Path, title: str) -> bool:
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
     for r in sweeps:
         sizes = r["sweep"]["sizes"]
-        beside = dataclasses.replace(r["identity"], sweep=False).matrix_label    # what the sweep ran with
+        beside = dataclasses.replace(r["identity"], sweep=False).matrix_label  # what the sweep ran with
         label = f"{r['framework']}{' ' + r['line'] if r['line'] else ''}" + (f" {beside}" if beside else "")
         left.plot([s["batch_size"] for s in sizes], [s["samples_per_s"] for s in sizes], marker="o", label=label)
         right.plot([s["batch_size"] for s in sizes], [1e3 * s["p95_s"] for s in sizes], marker="o", label=label)

@@ -6,6 +6,7 @@ its band) or is code (a machine's or a profile's name); a table is a `Table`: it
 right-aligned, its rows of such cells, and a note under it. The data says what a piece of text is; only the
 renderings (`markdown`, `markdown_table`, and the template's macros) say how it looks, and only they escape.
 """
+
 from __future__ import annotations
 
 import math
@@ -15,13 +16,14 @@ from typing import NamedTuple
 
 from tabulate import DataRow, TableFormat, tabulate
 
-EMPTY = "—"                 # a value the record does not have (schema 1, a failed run, an eager framework)
-NOT_COMPARABLE = "†"        # beside the times of a row whose accuracy lies outside its band
-MIB = 2 ** 20
+EMPTY = "—"  # a value the record does not have (schema 1, a failed run, an eager framework)
+NOT_COMPARABLE = "†"  # beside the times of a row whose accuracy lies outside its band
+MIB = 2**20
 
 
 class Span(NamedTuple):
     """A piece of a line: plain text, or text with a style ('em', 'strong' or 'code')."""
+
     text: str
     style: str = ""
 
@@ -55,8 +57,10 @@ def plain(value: Text) -> str:
 def markdown(value: Text, one_line: bool = False) -> str:
     """Markdown of a text. `one_line`: for a table cell or a paragraph of data, line breaks and runs of spaces
     become one space and `|` is escaped, so that an error message stays inside its cell."""
+
     def shown(text: str) -> str:
         return re.sub(r"\s+", " ", text).replace("|", "\\|") if one_line else text
+
     out = "".join(MARKDOWN[s.style].format(shown(s.text)) for s in spans(value) if s.text)
     return out.strip() if one_line else out
 
@@ -64,6 +68,7 @@ def markdown(value: Text, one_line: bool = False) -> str:
 @dataclass
 class Table:
     """A table as data: column heads, whether each column is right-aligned (numbers), rows of cells, a note."""
+
     header: list[Text]
     right: list[bool]
     rows: list[list[Text]]
@@ -72,8 +77,12 @@ class Table:
 
 def column_table(columns, items, note: str = "") -> Table:
     """A Table from (head, right-aligned, the cell of an item) columns, one row per item."""
-    return Table([head for head, _, _ in columns], [right for _, right, _ in columns],
-                 [[show(item) for _, _, show in columns] for item in items], note)
+    return Table(
+        [head for head, _, _ in columns],
+        [right for _, right, _ in columns],
+        [[show(item) for _, _, show in columns] for item in items],
+        note,
+    )
 
 
 def markdown_table(table: Table) -> str:
@@ -81,21 +90,35 @@ def markdown_table(table: Table) -> str:
     with `---:` over the right-aligned columns; then its note, if any, as a paragraph."""
     row = DataRow("|", "|", "|")
     rule = "|" + "|".join("---:" if right else "---" for right in table.right) + "|"
-    compact = TableFormat(lineabove=None, linebelowheader=lambda widths, aligns: rule, linebetweenrows=None,
-                          linebelow=None, headerrow=row, datarow=row, padding=1, with_header_hide=None)
-    text = tabulate([[markdown(c, one_line=True) for c in cells] for cells in table.rows],
-                    [markdown(h, one_line=True) for h in table.header], tablefmt=compact, stralign=None,
-                    numalign=None, disable_numparse=True)
+    compact = TableFormat(
+        lineabove=None,
+        linebelowheader=lambda widths, aligns: rule,
+        linebetweenrows=None,
+        linebelow=None,
+        headerrow=row,
+        datarow=row,
+        padding=1,
+        with_header_hide=None,
+    )
+    text = tabulate(
+        [[markdown(c, one_line=True) for c in cells] for cells in table.rows],
+        [markdown(h, one_line=True) for h in table.header],
+        tablefmt=compact,
+        stralign=None,
+        numalign=None,
+        disable_numparse=True,
+    )
     return text + (f"\n\n{table.note}" if table.note else "")
 
 
 # --- numbers as cells ----------------------------------------------------------------------------------------------
 
+
 def fmt(value, digits: int = 3) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return EMPTY
     if isinstance(value, float):
-        return f"{value:.{digits}g}" if abs(value) < 10 ** digits else f"{value:,.0f}"
+        return f"{value:.{digits}g}" if abs(value) < 10**digits else f"{value:,.0f}"
     if isinstance(value, int):
         return f"{value:,}"
     return str(value)

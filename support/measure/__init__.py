@@ -17,12 +17,15 @@ This core is numpy and the standard library only (every kernel imports it); the 
 differs: how the framework waits for its device (`sync`), describes its environment, counts its parameters,
 reads its weights for the initialisation check (support.init) and reports its device's peak memory.
 """
+
 from __future__ import annotations
 
 import dataclasses
 from contextlib import contextmanager
 
-from support import files, hardware, init as initial, precision as prec, records, timing
+from support import files, hardware, records, timing
+from support import init as initial
+from support import precision as prec
 from support.parity import agree  # noqa: F401  (re-exported: the save/load and ONNX agreement checks)
 
 
@@ -30,30 +33,53 @@ class Bench:
     """One notebook run's measurement: what it is (task, framework, variant, precision, compilation), the epoch
     timer, the steady state, the sweep and the record. Made by a framework module's `start()`."""
 
-    def __init__(self, task: str, framework: str, settings, *, precision: str, compilation: str, record_path,
-                 environment: dict, gpu: bool, sync=None, compilation_key: str | None = None, variant: str = "",
-                 devices: int = 1, device_memory=None, refusal: str | None = None, own_bf16=None, matmul=None,
-                 gpu_capability=None):
+    def __init__(
+        self,
+        task: str,
+        framework: str,
+        settings,
+        *,
+        precision: str,
+        compilation: str,
+        record_path,
+        environment: dict,
+        gpu: bool,
+        sync=None,
+        compilation_key: str | None = None,
+        variant: str = "",
+        devices: int = 1,
+        device_memory=None,
+        refusal: str | None = None,
+        own_bf16=None,
+        matmul=None,
+        gpu_capability=None,
+    ):
         """`refusal`: why the framework itself cannot run this precision on this device (its own words), asked
         first; then the device (support.hardware.reason): `own_bf16()` is the framework's own answer whether
         its kernels compute bfloat16 on this CPU, `matmul(dtype)` its probe, `gpu_capability` the GPU's
         compute capability (major, minor) where the framework tells it."""
         prec.check(precision, compilation)
         self.task, self.framework, self.settings, self.variant = task, framework, settings, variant
-        self.devices = devices      # data parallelism: each training step takes the task's batch on every device
+        self.devices = devices  # data parallelism: each training step takes the task's batch on every device
         self.precision, self.record_path, self.environment, self.gpu, self.sync = (
-            precision, record_path, environment, gpu, sync)
-        self.device_memory = device_memory      # a GPU's (free bytes, the framework's peak in use): the sweep's guard
+            precision,
+            record_path,
+            environment,
+            gpu,
+            sync,
+        )
+        self.device_memory = device_memory  # a GPU's (free bytes, the framework's peak in use): the sweep's guard
         self.compilation = prec.resolve(compilation, compilation_key or framework, task)
         self.epochs = timing.Stopwatch("epoch", warmup=getattr(settings, "warmup_epochs", 1), sync=sync)
         self.steps_per_epoch = None
-        self.fields: dict = {}      # what the measurement part adds to the record (steps, sweep, checks)
-        self._folder = None         # the run's scratch folder, made by folder()
+        self.fields: dict = {}  # what the measurement part adds to the record (steps, sweep, checks)
+        self._folder = None  # the run's scratch folder, made by folder()
         cpu = hardware.Cpu()
-        self.environment["hardware"] = hardware.describe(cpu)     # the CPU's ISA level, its cap, bf16 by its flags
+        self.environment["hardware"] = hardware.describe(cpu)  # the CPU's ISA level, its cap, bf16 by its flags
         print(f"hardware: {hardware.summary(cpu)}" if not gpu else f"hardware: a GPU; host {hardware.summary(cpu)}")
-        reason = refusal or hardware.reason(precision, gpu=gpu, gpu_capability=gpu_capability, own=own_bf16,
-                                            matmul=matmul, cpu=cpu)
+        reason = refusal or hardware.reason(
+            precision, gpu=gpu, gpu_capability=gpu_capability, own=own_bf16, matmul=matmul, cpu=cpu
+        )
         if reason:
             self.stop(reason)
 
@@ -64,9 +90,18 @@ class Bench:
 
     def stop(self, reason: str, status: str = "unsupported"):
         """End the notebook here: write the record of a combination that cannot run and raise records.Unsupported."""
-        records.stop(self.record_path, reason, task=self.task, framework=self.framework, params=self.settings,
-                     environment=self.environment, precision=self.precision, compilation=self.compilation,
-                     status=status, variant=self.variant)
+        records.stop(
+            self.record_path,
+            reason,
+            task=self.task,
+            framework=self.framework,
+            params=self.settings,
+            environment=self.environment,
+            precision=self.precision,
+            compilation=self.compilation,
+            status=status,
+            variant=self.variant,
+        )
 
     def folder(self):
         """The scratch folder for this run's saved model and exported graph: the project's cache, never home, one
@@ -92,9 +127,15 @@ class Bench:
         task's warm-up and repeats; `loss(out)` reads a step's loss as a float (the smoke tests' learning check).
         Recorded under `name`: "steps" for the notebook's step, another name for a variant of it."""
         settings = self.settings
-        steps = timing.steady_state(step, steps=settings.steps_per_repeat, repeats=settings.step_repeats,
-                                    warmup=settings.warmup_steps, sync=self.sync, loss=loss,
-                                    samples=settings.batch_size if samples is None else samples)
+        steps = timing.steady_state(
+            step,
+            steps=settings.steps_per_repeat,
+            repeats=settings.step_repeats,
+            warmup=settings.warmup_steps,
+            sync=self.sync,
+            loss=loss,
+            samples=settings.batch_size if samples is None else samples,
+        )
         print((f"{name}: " if name != "steps" else "") + timing.describe(steps))
         self.fields[name] = steps
         return steps
@@ -112,8 +153,13 @@ class Bench:
         """Inference throughput: `fn` (one batch, on the device) timed per call after the task's warm-up
         batches (support.timing.benchmark), as the record's timing: latency per batch and images per second."""
         settings = self.settings
-        summary = timing.benchmark(fn, repeats=settings.n_batches, warmup=settings.warmup_batches,
-                                   samples=settings.batch_size if samples is None else samples, sync=self.sync)
+        summary = timing.benchmark(
+            fn,
+            repeats=settings.n_batches,
+            warmup=settings.warmup_batches,
+            samples=settings.batch_size if samples is None else samples,
+            sync=self.sync,
+        )
         print(timing.describe(summary))
         self.fields["timing"] = summary
         return summary
@@ -149,7 +195,7 @@ class Bench:
         try:
             export(path)
             outputs = run(path, x)
-        except Exception as error:      # the exporter's and ONNX Runtime's errors have no common base class
+        except Exception as error:  # the exporter's and ONNX Runtime's errors have no common base class
             if self.precision == "fp32" and documented is None:
                 raise
             words = f"{type(error).__name__}: {error}".strip().splitlines()[0][:400]
@@ -164,15 +210,22 @@ class Bench:
         for name, value in values.items():
             field = names.get(name, name)
             if not hasattr(self.settings, field):
-                raise ValueError(f"hyperparameter {name!r}: the {self.task} profile has no {field!r}; "
-                                 f"it has {', '.join(f.name for f in dataclasses.fields(self.settings))}")
+                raise ValueError(
+                    f"hyperparameter {name!r}: the {self.task} profile has no {field!r}; "
+                    f"it has {', '.join(f.name for f in dataclasses.fields(self.settings))}"
+                )
             if getattr(self.settings, field) != value:
-                raise ValueError(f"hyperparameter {name}={value!r} in the notebook, but the {self.settings.profile!r} "
-                                 f"profile of {self.task} says {field}={getattr(self.settings, field)!r}: "
-                                 "change the notebook's value or the profile (support/params.py)")
+                raise ValueError(
+                    f"hyperparameter {name}={value!r} in the notebook, but the {self.settings.profile!r} "
+                    f"profile of {self.task} says {field}={getattr(self.settings, field)!r}: "
+                    "change the notebook's value or the profile (support/params.py)"
+                )
         self.fields["hyperparameters"] = dict(values)
-        print("hyperparameters: " + ", ".join(f"{k}={v}" for k, v in values.items())
-              + f" (the {self.settings.profile!r} profile's)")
+        print(
+            "hyperparameters: "
+            + ", ".join(f"{k}={v}" for k, v in values.items())
+            + f" (the {self.settings.profile!r} profile's)"
+        )
         return self.fields["hyperparameters"]
 
     def parity(self, outputs, weights, x) -> dict:
@@ -189,8 +242,9 @@ class Bench:
         `before`, each {name: numpy array}; recorded as the `data_parallel` field."""
         from support import parity as shared
 
-        result = shared.data_parallel(several, one, before, devices=self.devices, batch_norm=batch_norm,
-                                      precision=self.precision)
+        result = shared.data_parallel(
+            several, one, before, devices=self.devices, batch_norm=batch_norm, precision=self.precision
+        )
         self.fields.update(result)
         return result
 
@@ -199,8 +253,10 @@ class Bench:
         like PyTorch, 'io': (..., in, out) like Keras), checked against the task's scheme (support.init)."""
         stats = initial.stats(arrays, layout)
         problems = initial.check(self.task, stats, self.settings)
-        print(f"initialisation: {len(stats)} arrays, " + ("as the task's scheme says" if not problems
-                                                         else "NOT as the scheme says: " + "; ".join(problems)))
+        print(
+            f"initialisation: {len(stats)} arrays, "
+            + ("as the task's scheme says" if not problems else "NOT as the scheme says: " + "; ".join(problems))
+        )
         self.fields["init"] = stats
         return stats
 
@@ -218,17 +274,34 @@ class Bench:
         # at least one steady step: on a loaded machine the warm-up epoch can run faster than the median one
         return max(warm - (n - 1) / n * summary["median_s"], summary["median_s"] / n)
 
-    def write(self, *, metrics: dict, data: str, n_parameters: int, curve=None, device_peak_bytes=None,
-              **extra) -> dict:
+    def write(
+        self, *, metrics: dict, data: str, n_parameters: int, curve=None, device_peak_bytes=None, **extra
+    ) -> dict:
         """Write this run's record for the runner (with record_path None, only print it): a training run's
         epochs and steady state, or an inference run's first call and throughput."""
         first = self.fields.get("first_step_s") or self.first_step_s()
-        return records.write(self.record_path, task=self.task, framework=self.framework, params=self.settings,
-                             data=data, timing=self.fields.get("timing") or self.epochs.summary(),
-                             steps=self.fields.get("steps"), first_step_s=first, curve=curve, metrics=metrics,
-                             n_parameters=n_parameters,
-                             environment=self.environment, device_peak_bytes=device_peak_bytes,
-                             precision=self.precision, compilation=self.compilation, compile_s=self.compile_s(first),
-                             sweep=self.fields.get("sweep"), variant=self.variant,
-                             extra={k: v for k, v in {**self.fields, **extra}.items()
-                                    if k not in ("steps", "sweep", "timing", "first_step_s")})
+        return records.write(
+            self.record_path,
+            task=self.task,
+            framework=self.framework,
+            params=self.settings,
+            data=data,
+            timing=self.fields.get("timing") or self.epochs.summary(),
+            steps=self.fields.get("steps"),
+            first_step_s=first,
+            curve=curve,
+            metrics=metrics,
+            n_parameters=n_parameters,
+            environment=self.environment,
+            device_peak_bytes=device_peak_bytes,
+            precision=self.precision,
+            compilation=self.compilation,
+            compile_s=self.compile_s(first),
+            sweep=self.fields.get("sweep"),
+            variant=self.variant,
+            extra={
+                k: v
+                for k, v in {**self.fields, **extra}.items()
+                if k not in ("steps", "sweep", "timing", "first_step_s")
+            },
+        )

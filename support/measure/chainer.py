@@ -8,6 +8,7 @@
 CuPy and NVIDIA's libraries read their TF32 switches (CUPY_TF32, NVIDIA_TF32_OVERRIDE) when Chainer imports CuPy,
 so a notebook sets them before it imports Chainer or this module.
 """
+
 from __future__ import annotations
 
 import copy
@@ -20,9 +21,11 @@ from support.measure import Bench
 
 # Chainer is define-by-run: each function runs as Python calls it. Its one graph optimisation, the experimental
 # `chainer.static_graph` decorator, replays a traced schedule of the same functions (no fusion, no compiler).
-NO_COMPILER = ("Chainer is define-by-run: each function runs as Python calls it; its experimental "
-               "chainer.static_graph replays a traced schedule of the same functions (no fusion) and is not "
-               "this project's compiled variant")
+NO_COMPILER = (
+    "Chainer is define-by-run: each function runs as Python calls it; its experimental "
+    "chainer.static_graph replays a traced schedule of the same functions (no fusion) and is not "
+    "this project's compiled variant"
+)
 
 
 def framework_reason(precision: str, gpu: bool) -> str | None:
@@ -32,9 +35,11 @@ def framework_reason(precision: str, gpu: bool) -> str | None:
         try:
             np.dtype("bfloat16")
         except TypeError as err:
-            return (f"Chainer computes in numpy arrays (CuPy's on a GPU), and neither has a bfloat16 type: "
-                    f"numpy.dtype('bfloat16') raises TypeError: {err}; Chainer's only mixed precision is float16 "
-                    "(chainer.mixed16)")
+            return (
+                f"Chainer computes in numpy arrays (CuPy's on a GPU), and neither has a bfloat16 type: "
+                f"numpy.dtype('bfloat16') raises TypeError: {err}; Chainer's only mixed precision is float16 "
+                "(chainer.mixed16)"
+            )
     if precision == "tf32" and gpu:
         cupy = chainer.backends.cuda.cupy
         if int(cupy.__version__.split(".")[0]) < 8:
@@ -42,8 +47,9 @@ def framework_reason(precision: str, gpu: bool) -> str | None:
     return None
 
 
-def start(task: str, settings, device, *, precision: str, compilation: str, record_path, variant: str = "",
-          devices: int = 1) -> Bench:
+def start(
+    task: str, settings, device, *, precision: str, compilation: str, record_path, variant: str = "", devices: int = 1
+) -> Bench:
     """The run's Bench: prints Chainer's versions and device, checks `precision` and `compilation`, and ends the
     notebook (with its record) where this device or Chainer cannot run them (bf16; compilation "on": not
     applicable). CuPy runs asynchronously: on a GPU every lap waits for the device before reading the clock.
@@ -51,14 +57,26 @@ def start(task: str, settings, device, *, precision: str, compilation: str, reco
     gpu = isinstance(device, chainer.backend.GpuDevice)
     info = env.describe(chainer)
     env.show(info)
-    bench = Bench(task, "chainer", settings, precision=precision, compilation=compilation, record_path=record_path,
-                  environment=info, gpu=gpu, sync=device.device.synchronize if gpu else None, variant=variant,
-                  devices=devices, device_memory=device_memory if gpu else None,
-                  refusal=framework_reason(precision, gpu), gpu_capability=gpu_capability() if gpu else None)
+    bench = Bench(
+        task,
+        "chainer",
+        settings,
+        precision=precision,
+        compilation=compilation,
+        record_path=record_path,
+        environment=info,
+        gpu=gpu,
+        sync=device.device.synchronize if gpu else None,
+        variant=variant,
+        devices=devices,
+        device_memory=device_memory if gpu else None,
+        refusal=framework_reason(precision, gpu),
+        gpu_capability=gpu_capability() if gpu else None,
+    )
     if bench.compiled:
         bench.stop(NO_COMPILER, status="not_applicable")
     if gpu:
-        _peak_hook()            # from here on, every allocation from CuPy's pool counts (device_peak_bytes)
+        _peak_hook()  # from here on, every allocation from CuPy's pool counts (device_peak_bytes)
     return bench
 
 
@@ -79,8 +97,9 @@ def time_epochs(trainer: chainer.training.Trainer, bench: Bench) -> None:
             laps["iteration"] = trainer.updater.iteration
             bench.epochs.start()
 
-    @chainer.training.make_extension(trigger=(1, "epoch"), priority=chainer.training.PRIORITY_WRITER + 1,
-                                     initializer=open_lap)
+    @chainer.training.make_extension(
+        trigger=(1, "epoch"), priority=chainer.training.PRIORITY_WRITER + 1, initializer=open_lap
+    )
     def close_lap(trainer):
         bench.steps_per_epoch = trainer.updater.iteration - laps["iteration"]
         bench.epochs.stop(samples=bench.steps_per_epoch * bench.settings.batch_size * bench.devices)
@@ -127,8 +146,9 @@ def _peak_hook():
 def initial_weights(bench: Bench, model: chainer.Link) -> dict:
     """The initialisation check (support.init) on a freshly built model's parameters, by their paths in the
     model (`conv1/W`, `gru/0/w3`), in Chainer's (out, in, ...) layout."""
-    return bench.initialisation({name.lstrip("/"): chainer.backends.cuda.to_cpu(p.array)
-                                 for name, p in model.namedparams()}, "oi")
+    return bench.initialisation(
+        {name.lstrip("/"): chainer.backends.cuda.to_cpu(p.array) for name, p in model.namedparams()}, "oi"
+    )
 
 
 def trainable(link: chainer.Link) -> dict:
@@ -156,14 +176,13 @@ def data_parallel_check(bench: Bench, model: chainer.Link, with_loss, loss_fn, d
     whole-batch forward pass would normalise over all the shares together). Both work on deep copies: the trained
     model stays as it was."""
     n = len(devices)
-    model.cleargrads()                                  # no gradients copied along with the model
+    model.cleargrads()  # no gradients copied along with the model
     several = copy.deepcopy(model)
     before = trainable(several)
     replicas = replicate(with_loss(several), devices)
     sgd = chainer.optimizers.SGD(lr=1.0).setup(replicas["main"])
     held = chainer.iterators.SerialIterator(chainer.datasets.TupleDataset(x, y), len(x), shuffle=False)
-    chainer.training.updaters.ParallelUpdater(held, sgd, models=replicas,
-                                              devices=dict(zip(replicas, devices))).update()
+    chainer.training.updaters.ParallelUpdater(held, sgd, models=replicas, devices=dict(zip(replicas, devices))).update()
     one = copy.deepcopy(model)
     one_sgd = chainer.optimizers.SGD(lr=1.0).setup(one)
     loss = sum(loss_fn(one(x[i::n]), y[i::n]) for i in range(n)) / n

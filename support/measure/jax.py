@@ -8,6 +8,7 @@ JAX compiles by construction (`jax.jit`, `nnx.jit`: one XLA program per step), s
 not_applicable; float16 training needs a loss scaler, which neither Optax nor Flax ships, so "fp16" is unsupported
 for the training tasks (inference, ResNet-50's, has no gradients to scale and runs it on a GPU).
 """
+
 from __future__ import annotations
 
 import time
@@ -21,11 +22,14 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from support import env, hardware
 from support.measure import Bench
 
-NOT_COMPILED = ("JAX compiles every step by construction: jax.jit makes it one XLA computation, and "
-                "jax.disable_jit() is a debugging aid that runs it op by op, not an uncompiled mode to time")
-NO_LOSS_SCALER = ("float16 mixed precision needs dynamic loss scaling, and neither Optax (0.2.8) nor Flax "
-                  "ships a loss scaler")
-INFERENCE_TASKS = ("resnet50_features",)   # no gradients: float16 needs no loss scaling
+NOT_COMPILED = (
+    "JAX compiles every step by construction: jax.jit makes it one XLA computation, and "
+    "jax.disable_jit() is a debugging aid that runs it op by op, not an uncompiled mode to time"
+)
+NO_LOSS_SCALER = (
+    "float16 mixed precision needs dynamic loss scaling, and neither Optax (0.2.8) nor Flax ships a loss scaler"
+)
+INFERENCE_TASKS = ("resnet50_features",)  # no gradients: float16 needs no loss scaling
 
 
 def sync():
@@ -34,8 +38,9 @@ def sync():
     jax.block_until_ready(jax.live_arrays())
 
 
-def start(task: str, settings, *, precision: str, compilation: str, record_path, variant: str = "",
-          devices: int = 1) -> Bench:
+def start(
+    task: str, settings, *, precision: str, compilation: str, record_path, variant: str = "", devices: int = 1
+) -> Bench:
     """The run's Bench: prints JAX's versions and devices, checks `precision` and `compilation`, and ends the
     notebook (with its record) where they cannot run: `compilation="off"` (not_applicable), fp16 in training
     (unsupported), what the device does not compute (support.hardware)."""
@@ -43,10 +48,22 @@ def start(task: str, settings, *, precision: str, compilation: str, record_path,
     info = env.describe(jax)
     env.show(info)
     print(jax.devices())
-    bench = Bench(task, "jax", settings, precision=precision, compilation=compilation, record_path=record_path,
-                  environment=info, gpu=gpu, sync=sync, variant=variant, devices=devices,
-                  device_memory=device_memory if gpu else None, matmul=matmul,
-                  gpu_capability=gpu_capability() if gpu else None)
+    bench = Bench(
+        task,
+        "jax",
+        settings,
+        precision=precision,
+        compilation=compilation,
+        record_path=record_path,
+        environment=info,
+        gpu=gpu,
+        sync=sync,
+        variant=variant,
+        devices=devices,
+        device_memory=device_memory if gpu else None,
+        matmul=matmul,
+        gpu_capability=gpu_capability() if gpu else None,
+    )
     if bench.compilation == "off":
         bench.stop(NOT_COMPILED, status="not_applicable")
     if precision == "fp16" and task not in INFERENCE_TASKS:
@@ -105,7 +122,7 @@ def data_parallel_check(bench: Bench, model: nnx.Module, loss_fn, mesh: Mesh, x,
 
     def sgd(state, x, y):
         model = nnx.merge(graphdef, state)
-        grads = nnx.grad(loss_fn)(model, x, y)                 # with respect to the nnx.Params
+        grads = nnx.grad(loss_fn)(model, x, y)  # with respect to the nnx.Params
         return jax.tree.map(lambda p, g: p - g, nnx.state(model, nnx.Param), grads)
 
     def step(on: Mesh):
@@ -119,8 +136,10 @@ def data_parallel_check(bench: Bench, model: nnx.Module, loss_fn, mesh: Mesh, x,
 
 def flat(tree) -> dict:
     """A pytree's arrays by path, as numpy (float32 for comparison)."""
-    return {jax.tree_util.keystr(path): np.asarray(leaf, np.float32)
-            for path, leaf in jax.tree_util.tree_leaves_with_path(tree)}
+    return {
+        jax.tree_util.keystr(path): np.asarray(leaf, np.float32)
+        for path, leaf in jax.tree_util.tree_leaves_with_path(tree)
+    }
 
 
 def n_parameters(model: nnx.Module) -> int:

@@ -18,6 +18,7 @@ DenseNet-121 trains data-parallel on several devices: `cpu_devices` makes CPU de
 What differs between the backends (how each waits for its device, its TF32 switch, its allocator's peak) is
 here, so that a notebook reads as Keras's own code on all three.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -33,7 +34,7 @@ from support.frameworks import KERAS_BACKENDS, keras_compilation_key
 from support.measure import Bench
 
 BACKEND = keras.config.backend()
-LIB = importlib.import_module(BACKEND)      # the library under Keras: tensorflow, jax or torch
+LIB = importlib.import_module(BACKEND)  # the library under Keras: tensorflow, jax or torch
 
 
 @functools.cache
@@ -56,8 +57,9 @@ def cpu_devices(devices) -> int:
     if n > 1 and BACKEND == "jax":
         LIB.config.update("jax_num_cpu_devices", n)
     elif n > 1 and BACKEND == "tensorflow":
-        LIB.config.set_logical_device_configuration(LIB.config.list_physical_devices("CPU")[0],
-                                                    [LIB.config.LogicalDeviceConfiguration()] * n)
+        LIB.config.set_logical_device_configuration(
+            LIB.config.list_physical_devices("CPU")[0], [LIB.config.LogicalDeviceConfiguration()] * n
+        )
     return n
 
 
@@ -77,8 +79,10 @@ def _without_data_parallel() -> str:
         error = "DataParallel() was accepted, and Keras's torch trainer ignores it"
     except AttributeError as raised:
         error = f"keras.distribution.DataParallel() raises AttributeError: {raised}"
-    return (f"Keras {keras.__version__} has no data parallelism on the {BACKEND} backend "
-            f"(keras.distribution has no {BACKEND} implementation: {error})")
+    return (
+        f"Keras {keras.__version__} has no data parallelism on the {BACKEND} backend "
+        f"(keras.distribution has no {BACKEND} implementation: {error})"
+    )
 
 
 def _sync(on_gpu: bool):
@@ -92,8 +96,9 @@ def _sync(on_gpu: bool):
     return LIB.test.experimental.sync_devices if BACKEND == "tensorflow" else LIB.cuda.synchronize
 
 
-def start(task: str, settings, *, precision: str, compilation: str, record_path, variant: str | None = None,
-          devices: int = 1) -> Bench:
+def start(
+    task: str, settings, *, precision: str, compilation: str, record_path, variant: str | None = None, devices: int = 1
+) -> Bench:
     """The run's Bench: prints Keras's and its backend's versions and device, checks `precision` and
     `compilation` and ends the notebook with its record where this device cannot run them, or where Keras cannot:
     several devices on the torch backend (Keras 3 has no data parallelism there). `auto` is Keras's own
@@ -106,20 +111,33 @@ def start(task: str, settings, *, precision: str, compilation: str, record_path,
     described = info()
     env.show(described)
     on_gpu = described["device"] != "cpu"
-    bench = Bench(task, "keras", settings, precision=precision, compilation=compilation, record_path=record_path,
-                  environment=described, gpu=on_gpu, sync=_sync(on_gpu), compilation_key=keras_compilation_key(BACKEND, on_gpu, devices),
-                  variant=BACKEND if variant is None else variant, devices=devices,
-                  device_memory=device_memory() if on_gpu else None, own_bf16=own_bf16, matmul=matmul,
-                  gpu_capability=_backend_module().gpu_capability() if on_gpu else None,
-                  refusal=_without_data_parallel() if devices > 1 and BACKEND == "torch" else None)
+    bench = Bench(
+        task,
+        "keras",
+        settings,
+        precision=precision,
+        compilation=compilation,
+        record_path=record_path,
+        environment=described,
+        gpu=on_gpu,
+        sync=_sync(on_gpu),
+        compilation_key=keras_compilation_key(BACKEND, on_gpu, devices),
+        variant=BACKEND if variant is None else variant,
+        devices=devices,
+        device_memory=device_memory() if on_gpu else None,
+        own_bf16=own_bf16,
+        matmul=matmul,
+        gpu_capability=_backend_module().gpu_capability() if on_gpu else None,
+        refusal=_without_data_parallel() if devices > 1 and BACKEND == "torch" else None,
+    )
     tf32 = precision == "tf32"
     if BACKEND == "torch":
         LIB.backends.cuda.matmul.allow_tf32 = LIB.backends.cudnn.allow_tf32 = tf32
     elif on_gpu and BACKEND == "tensorflow":
         LIB.config.experimental.enable_tensor_float_32_execution(tf32)
-    elif on_gpu:                            # JAX; XLA on the CPU computes float32 in float32 anyway
+    elif on_gpu:  # JAX; XLA on the CPU computes float32 in float32 anyway
         LIB.config.update("jax_default_matmul_precision", "tensorfloat32" if tf32 else "highest")
-    if BACKEND == "jax":                    # the ONNX export: jax2onnx logs a traceback for each plugin it skips
+    if BACKEND == "jax":  # the ONNX export: jax2onnx logs a traceback for each plugin it skips
         logging.getLogger("jax2onnx").setLevel(logging.ERROR)
     print(f"{precision}, jit_compile={bench.compiled} on {BACKEND}")
     return bench
@@ -162,7 +180,8 @@ class EpochTimer(keras.callbacks.Callback):
     def _close(self):
         if self._open:
             self.bench.epochs.stop(
-                samples=self.bench.steps_per_epoch * self.bench.settings.batch_size * self.bench.devices)
+                samples=self.bench.steps_per_epoch * self.bench.settings.batch_size * self.bench.devices
+            )
             self._open = False
 
     def on_test_begin(self, logs=None):
@@ -235,13 +254,26 @@ def steady_state(bench: Bench, model: keras.Model, x: np.ndarray, y: np.ndarray,
 
     first = loss()
     watch = timing.Stopwatch("step", warmup=0, sync=bench.sync)
-    laps = _LapsOnly([_StepLaps(watch, warmup, steps, repeats, samples=steps * b)], add_history=True, model=model,
-                     epochs=1, steps=n, verbose=0)
+    laps = _LapsOnly(
+        [_StepLaps(watch, warmup, steps, repeats, samples=steps * b)],
+        add_history=True,
+        model=model,
+        epochs=1,
+        steps=n,
+        verbose=0,
+    )
     if dataset:
         model.fit(_Repeated(x, y, n), epochs=1, shuffle=False, verbose=0, callbacks=laps)
     else:
-        model.fit(np.concatenate([x] * n), np.concatenate([y] * n), batch_size=b, epochs=1, shuffle=False, verbose=0,
-                  callbacks=laps)
+        model.fit(
+            np.concatenate([x] * n),
+            np.concatenate([y] * n),
+            batch_size=b,
+            epochs=1,
+            shuffle=False,
+            verbose=0,
+            callbacks=laps,
+        )
     result = timing.steady_summary(watch.laps, steps=steps, warmup=warmup, samples=b, losses=(first, loss()))
     print(timing.describe(result))
     bench.fields["steps"] = result
@@ -283,6 +315,7 @@ def data_parallel_check(bench: Bench, model: keras.Model, x: np.ndarray, y: np.n
     normalises its own contiguous share ("per-device") and the summed, 1/replicas-scaled gradients are the
     gradient of the mean of the shares' losses, so a copy outside the strategy runs each share through the
     model apart, averages the losses and applies the gradient (`tf.GradientTape`) with SGD at learning rate 1."""
+
     def trainable(m) -> dict:
         return {w.path: keras.ops.convert_to_numpy(c) for w, c in zip(model.trainable_weights, m.trainable_weights)}
 
@@ -303,11 +336,19 @@ def data_parallel_check(bench: Bench, model: keras.Model, x: np.ndarray, y: np.n
     else:
         copy = sgd_copy()
         with LIB.GradientTape() as tape:
-            loss = sum(model.loss(ys, copy(xs, training=True))
-                       for xs, ys in zip(np.split(x, bench.devices), np.split(y, bench.devices))) / bench.devices
-        keras.optimizers.SGD(learning_rate=1.0).apply(tape.gradient(loss, copy.trainable_weights), copy.trainable_weights)
-    return bench.data_parallel(several, trainable(copy), trainable(model),
-                               batch_norm="global" if BACKEND == "jax" else "per-device")
+            loss = (
+                sum(
+                    model.loss(ys, copy(xs, training=True))
+                    for xs, ys in zip(np.split(x, bench.devices), np.split(y, bench.devices))
+                )
+                / bench.devices
+            )
+        keras.optimizers.SGD(learning_rate=1.0).apply(
+            tape.gradient(loss, copy.trainable_weights), copy.trainable_weights
+        )
+    return bench.data_parallel(
+        several, trainable(copy), trainable(model), batch_norm="global" if BACKEND == "jax" else "per-device"
+    )
 
 
 def n_parameters(model: keras.Model) -> int:
@@ -339,5 +380,9 @@ def device_memory():
 def write(bench: Bench, model: keras.Model, **fields) -> dict:
     """The run's record, with the model's parameter count, `jit_compile` as Keras ran it and the device's
     peak memory."""
-    return bench.write(n_parameters=n_parameters(model), device_peak_bytes=device_peak_bytes(bench),
-                       jit_compile=model.jit_compile, **fields)
+    return bench.write(
+        n_parameters=n_parameters(model),
+        device_peak_bytes=device_peak_bytes(bench),
+        jit_compile=model.jit_compile,
+        **fields,
+    )

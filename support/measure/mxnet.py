@@ -10,6 +10,7 @@ One module for Gluon (a `gluon.Block`) and the symbolic Module API (an `mx.mod.M
 parallelism (one process, a list of contexts) adds the epoch's samples over the devices and the check of one step
 on the contexts against one context.
 """
+
 from __future__ import annotations
 
 import tempfile
@@ -19,18 +20,22 @@ import mxnet as mx
 import numpy as np
 from mxnet import autograd, gluon
 
-from support import env, hardware
+from support import env
 from support.measure import Bench
 
 # What the Module API cannot run (variant "module"): it binds a symbolic graph, and AMP's loss scaler needs Gluon.
 MODULE_COMPILED = "the Module API binds a symbolic graph (mx.sym) into an executor: it always runs compiled"
-MODULE_FP16 = "AMP is currently only compatible with Gluon Trainer"      # amp.init_trainer's error for a Module
+MODULE_FP16 = "AMP is currently only compatible with Gluon Trainer"  # amp.init_trainer's error for a Module
 # MXNet 1.9.1's AMP and a hybridized GRU (gru_imdb, compiled): tracing the GRU for its graph calls symbol.zeros for the
 # initial state, which AMP's operator wrapper breaks; the words are MXNet's error on the notebook's first call.
-GRU_AMP = ("MXNet 1.9.1's AMP cannot trace a GRU inside a hybridized block: its initial state (symbol.zeros) fails "
-           "in AMP's operator wrapper with TypeError: 'NoneType' object is not iterable")
-BF16_GPU = ("MXNet 1.9.1's bfloat16 AMP is CPU-only: amp casts only CPU arrays to bfloat16 and its bfloat16 "
-            "kernels are oneDNN's")
+GRU_AMP = (
+    "MXNet 1.9.1's AMP cannot trace a GRU inside a hybridized block: its initial state (symbol.zeros) fails "
+    "in AMP's operator wrapper with TypeError: 'NoneType' object is not iterable"
+)
+BF16_GPU = (
+    "MXNet 1.9.1's bfloat16 AMP is CPU-only: amp casts only CPU arrays to bfloat16 and its bfloat16 "
+    "kernels are oneDNN's"
+)
 
 
 class _ModuleBench(Bench):
@@ -41,8 +46,17 @@ class _ModuleBench(Bench):
         return None
 
 
-def start(task: str, settings, ctx: mx.Context, *, precision: str, compilation: str, record_path,
-          variant: str = "", devices: int = 1) -> Bench:
+def start(
+    task: str,
+    settings,
+    ctx: mx.Context,
+    *,
+    precision: str,
+    compilation: str,
+    record_path,
+    variant: str = "",
+    devices: int = 1,
+) -> Bench:
     """The run's Bench: prints MXNet's versions and device (threads, oneDNN, CUDA), checks `precision` and
     `compilation`, and ends the notebook (with its record) where this device or API cannot run them (the Module
     API: uncompiled, not applicable; fp16, unsupported; the GRU: AMP with hybridize, unsupported). `devices`: the contexts one training step splits its
@@ -52,9 +66,21 @@ def start(task: str, settings, ctx: mx.Context, *, precision: str, compilation: 
     env.show(info)
     module = variant == "module"
     bench = (_ModuleBench if module else Bench)(
-        task, "mxnet", settings, precision=precision, compilation=compilation, record_path=record_path,
-        environment=info, gpu=gpu, sync=mx.nd.waitall, variant=variant, devices=devices,
-        refusal=BF16_GPU if precision == "bf16" and gpu else None, own_bf16=own_bf16, matmul=convolution)
+        task,
+        "mxnet",
+        settings,
+        precision=precision,
+        compilation=compilation,
+        record_path=record_path,
+        environment=info,
+        gpu=gpu,
+        sync=mx.nd.waitall,
+        variant=variant,
+        devices=devices,
+        refusal=BF16_GPU if precision == "bf16" and gpu else None,
+        own_bf16=own_bf16,
+        matmul=convolution,
+    )
     if module and not bench.compiled:
         bench.stop(MODULE_COMPILED, status="not_applicable")
     if module and precision == "fp16":
@@ -96,6 +122,7 @@ def convolution(dtype: str, channels: int = 16):
 
     def call():
         mx.nd.Convolution(x, w, kernel=(3, 3), pad=(1, 1), num_filter=channels, no_bias=True).wait_to_read()
+
     return call
 
 
@@ -133,8 +160,10 @@ def write(bench: Bench, model, **fields) -> dict:
     host's peak)."""
     if bench.gpu:
         free, total = mx.context.gpu_memory_info(0)
-        print(f"GPU memory in use at the end (whole device, not a peak): {(total - free) / 2**30:.2f} "
-              f"of {total / 2**30:.1f} GiB")
+        print(
+            f"GPU memory in use at the end (whole device, not a peak): {(total - free) / 2**30:.2f} "
+            f"of {total / 2**30:.1f} GiB"
+        )
     return bench.write(n_parameters=n_parameters(model), device_peak_bytes=None, **fields)
 
 
@@ -151,8 +180,11 @@ def data_parallel_check(bench: Bench, model: gluon.HybridBlock, build, loss_fn, 
     names = list(model.collect_params())
 
     def trainable(net) -> dict:
-        return {name: p.data(contexts[0]).asnumpy() for name, p in zip(names, net.collect_params().values())
-                if p.grad_req != "null"}
+        return {
+            name: p.data(contexts[0]).asnumpy()
+            for name, p in zip(names, net.collect_params().values())
+            if p.grad_req != "null"
+        }
 
     def sgd_step(ctx, xs, ys) -> dict:
         net = build()

@@ -6,6 +6,7 @@ for the sweep, and the check of one DDP step against the same step on one device
     bench = measure.start("cnn_cifar10", settings, device, precision=precision, compilation=compilation,
                           record_path=record_path)
 """
+
 from __future__ import annotations
 
 import copy
@@ -24,8 +25,17 @@ def _distributed() -> bool:
     return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
 
 
-def start(task: str, settings, device: torch.device, *, precision: str, compilation: str, record_path,
-          variant: str = "", devices: int = 1) -> Bench:
+def start(
+    task: str,
+    settings,
+    device: torch.device,
+    *,
+    precision: str,
+    compilation: str,
+    record_path,
+    variant: str = "",
+    devices: int = 1,
+) -> Bench:
     """The run's Bench: prints PyTorch's versions and device, checks `precision` and `compilation`, and ends
     the notebook (with its record) where this device cannot run them. CUDA runs asynchronously: every lap
     waits for the device with `torch.cuda.synchronize` before reading the clock; in a process group of several
@@ -40,10 +50,23 @@ def start(task: str, settings, device: torch.device, *, precision: str, compilat
         for wait in waits:
             wait()
 
-    return Bench(task, "pytorch", settings, precision=precision, compilation=compilation, record_path=record_path,
-                 environment=info, gpu=gpu, sync=sync if waits else None, variant=variant, devices=devices,
-                 device_memory=device_memory if gpu else None, own_bf16=own_bf16, matmul=matmul,
-                 gpu_capability=gpu_capability() if gpu else None)
+    return Bench(
+        task,
+        "pytorch",
+        settings,
+        precision=precision,
+        compilation=compilation,
+        record_path=record_path,
+        environment=info,
+        gpu=gpu,
+        sync=sync if waits else None,
+        variant=variant,
+        devices=devices,
+        device_memory=device_memory if gpu else None,
+        own_bf16=own_bf16,
+        matmul=matmul,
+        gpu_capability=gpu_capability() if gpu else None,
+    )
 
 
 def gpu_capability() -> tuple[int, int]:
@@ -89,20 +112,28 @@ def device_peak_bytes(bench: Bench) -> int | None:
 def from_rank0(read):
     """`read()` on rank 0, broadcast to every rank (None stays None): a float64 CPU tensor, so the process group
     needs a CPU backend (gloo; on GPUs "cpu:gloo,cuda:nccl")."""
+
     def agreed():
         value = read() if dist.get_rank() == 0 else None
         shared = torch.tensor([np.nan if value is None else value], dtype=torch.float64)
         dist.broadcast(shared, src=0)
         return None if np.isnan(shared.item()) else shared.item()
+
     return agreed
 
 
 def sweep(bench: Bench, make_step, batch_sizes: str, *, devices: int = 1) -> dict | None:
     """The batch-size sweep (Bench.sweep); on several ranks each decision to go on must be the same everywhere, or
     one rank would wait forever in a step the others never take: the clock and memory readings are rank 0's."""
-    readings = {} if not _distributed() else dict(
-        clock=from_rank0(time.perf_counter), peak=from_rank0(env.peak_host_memory),
-        available=from_rank0(lambda: psutil.virtual_memory().available))
+    readings = (
+        {}
+        if not _distributed()
+        else dict(
+            clock=from_rank0(time.perf_counter),
+            peak=from_rank0(env.peak_host_memory),
+            available=from_rank0(lambda: psutil.virtual_memory().available),
+        )
+    )
     if readings and bench.device_memory:
         free, high = (from_rank0(lambda i=i: bench.device_memory()[i]) for i in (0, 1))
         readings["device_memory"] = lambda: (free(), high())
@@ -119,8 +150,9 @@ def _sgd_step(net: torch.nn.Module, replica: torch.nn.Module, loss_fn, amp: dict
     return {name: p.detach().float().cpu().numpy() for name, p in replica.named_parameters()}
 
 
-def data_parallel_check(bench: Bench, model: torch.nn.Module, wrap, loss_fn, amp: dict, xg, yg, *, rank: int,
-                        devices: int) -> dict:
+def data_parallel_check(
+    bench: Bench, model: torch.nn.Module, wrap, loss_fn, amp: dict, xg, yg, *, rank: int, devices: int
+) -> dict:
     """One step through `wrap` (DDP) on this rank's share of the global batch `xg, yg` against the same step on
     one device (every share through a copy, one forward pass each, as batch norm is per device), both plain SGD at
     learning rate 1 from `model`'s weights on copies of it, so the model, its statistics and its optimizer stay as

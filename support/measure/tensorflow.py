@@ -7,6 +7,7 @@
 The notebook sets KERAS_BACKEND before it imports TensorFlow (tf.keras is Keras 3); this module imports
 TensorFlow after it, and only the TensorFlow notebooks import this module.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -16,8 +17,17 @@ from support import env, hardware
 from support.measure import Bench
 
 
-def start(task: str, settings, *, gpu: bool, precision: str, compilation: str, record_path, variant: str = "",
-          devices: int = 1) -> Bench:
+def start(
+    task: str,
+    settings,
+    *,
+    gpu: bool,
+    precision: str,
+    compilation: str,
+    record_path,
+    variant: str = "",
+    devices: int = 1,
+) -> Bench:
     """The run's Bench: prints TensorFlow's versions and devices, checks `precision` and `compilation`, and
     ends the notebook (with its record) where this device cannot run them. On a GPU a `tf.function` call
     returns once its kernels are queued, so every lap waits for the devices with
@@ -25,9 +35,21 @@ def start(task: str, settings, *, gpu: bool, precision: str, compilation: str, r
     return: no wait). `devices`: the data-parallel devices one epoch's steps train on (their samples count)."""
     info = env.describe(tf)
     env.show(info)
-    bench = Bench(task, "tensorflow", settings, precision=precision, compilation=compilation, record_path=record_path,
-                  environment=info, gpu=gpu, sync=tf.test.experimental.sync_devices if gpu else None,
-                  variant=variant, devices=devices, matmul=matmul, gpu_capability=gpu_capability() if gpu else None)
+    bench = Bench(
+        task,
+        "tensorflow",
+        settings,
+        precision=precision,
+        compilation=compilation,
+        record_path=record_path,
+        environment=info,
+        gpu=gpu,
+        sync=tf.test.experimental.sync_devices if gpu else None,
+        variant=variant,
+        devices=devices,
+        matmul=matmul,
+        gpu_capability=gpu_capability() if gpu else None,
+    )
     if task == "gru_imdb" and gpu and bench.compiled:
         bench.stop(GRU_XLA_GPU)
     return bench
@@ -36,8 +58,10 @@ def start(task: str, settings, *, gpu: bool, precision: str, compilation: str, r
 # Keras's GRU runs cuDNN's fused kernel wherever TensorFlow sees a GPU (keras/src/backend/tensorflow/rnn.py, `gru` and
 # `cudnn_ok`), and TensorFlow registers no XLA kernel for it: a `jit_compile=True` function holding it fails to compile
 # (the op alone under XLA on the CPU: "No registered 'CudnnRNNV3' OpKernel for XLA_CPU_JIT devices"; not yet run on a GPU).
-GRU_XLA_GPU = ("XLA cannot compile Keras's GRU on a GPU: the layer runs cuDNN's fused kernel there (CudnnRNNV3), for "
-               "which TensorFlow registers no XLA kernel")
+GRU_XLA_GPU = (
+    "XLA cannot compile Keras's GRU on a GPU: the layer runs cuDNN's fused kernel there (CudnnRNNV3), for "
+    "which TensorFlow registers no XLA kernel"
+)
 
 
 def gpu_capability() -> tuple[int, int] | None:
@@ -91,5 +115,9 @@ def device_peak_bytes(bench: Bench) -> int | None:
 def write(bench: Bench, model: tf.keras.Model, **fields) -> dict:
     """The run's record, with the model's trainable parameter count, the GPU's peak memory and whether the
     steps ran through XLA (`jit_compile`, the record's extra field as before)."""
-    return bench.write(n_parameters=n_parameters(model), device_peak_bytes=device_peak_bytes(bench),
-                       jit_compile=bench.compiled, **fields)
+    return bench.write(
+        n_parameters=n_parameters(model),
+        device_peak_bytes=device_peak_bytes(bench),
+        jit_compile=bench.compiled,
+        **fields,
+    )
