@@ -6,8 +6,10 @@
 Made for a machine that has only its own Python with torch, JAX, Flax and optax (no papermill, no Jupyter, no
 Keras, no jsonschema, no network, a few minutes): it needs the standard library, what that machine has, and the
 wheels scripts/device_wheels.sh downloads into .device/wheels beforehand (carried along with the repository).
-What is its own: running notebooks without papermill, the budget, the offline wheels and the GPU probes; a run's
-record and files go the runner's way (scripts/jobs.py, scripts/results.py), as scripts/run_all.py's do.
+What is its own: the plan and the budget (here), the offline wheels and the versions (scripts/device_env.py), the
+GPU probes (scripts/device_probes.py), and running notebooks without papermill (scripts/device_run.py, each in
+scripts/notebook_exec.py's child process); a run's record and files go the runner's way (scripts/jobs.py,
+scripts/results.py), as scripts/run_all.py's do.
 
 1. The carried wheels this Python lacks are installed with `pip install --no-index --no-deps --target
    .device/site` (a folder already prepared there is used as it is), a site directory of this process
@@ -41,18 +43,14 @@ the repository's root drops them in place.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import shutil
 import signal
 import socket
-import subprocess
 import sys
-import tarfile
 import tempfile
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -60,16 +58,16 @@ from typing import TYPE_CHECKING
 # scripts.results are imported where they are used, after the carried wheels are on the path (support.records
 # needs jsonschema).
 from scripts import suite
-from scripts.device_probes import VERSIONS, calibration_step, install_wheels, jax_step, process_group_step, versions
-from scripts.notebook_exec import STACKS_SIGNAL
-from support import env, files, hardware, params, tasks
+from scripts.device_env import VERSIONS, install_wheels, versions
+from scripts.device_probes import calibration_step, jax_step, process_group_step
+from scripts.device_run import Check, copy_log, run_job
+from support import env, hardware, tasks
 
 if TYPE_CHECKING:
-    from scripts import jobs, results
+    from scripts import jobs
 
 ROOT = suite.ROOT
 DEVICE = ROOT / ".device"  # the carried wheels (.device/wheels) and where they are installed (.device/site)
-NOTEBOOK = [sys.executable, "-m", "scripts.notebook_exec"]  # a notebook run without papermill
 
 # What each task's notebooks run with at the `full` profile here (support.params' DLROSETTA_PARAMS): one epoch
 # timed after the warm-up epoch, on the profile's whole synthetic dataset; DenseNet-121's loader mode on 512
@@ -111,11 +109,10 @@ ESTIMATE_S = {
 SMALL_ESTIMATE_S = 20  # the cpu and tiny profiles: each notebook's own limit is then what is left
 RESERVE_S = 15  # kept back from the budget for the summary and the archive
 SCALE_BOUNDS = (0.4, 2.5)  # how far the runs so far may scale the next run's estimate (run_jobs)
-LOG_CAP = 200_000  # characters of one notebook's log copied into device_check.log (head and tail)
 GPU_FIELDS = ("name", "driver_version", "memory.total", "compute_cap")  # what nvidia-smi is asked of each GPU
 
 
-# --- the parent: the plan's runs and the check's state -----------------------------------------------------------
+# --- the plan ---------------------------------------------------------------------------------------------------------
 
 
 @dataclass
@@ -133,198 +130,60 @@ class Planned:
         return self.job.key
 
 
-@dataclass
-class Check:
-    """The whole check's state: where it writes, what it has found, how much time is left."""
-
-    out: Path  # --out: device_check.log, summary.json, records.tar.gz
-    results: Path  # <work>/results/<machine>: what records.tar.gz holds
-    budget_s: float
-    started: float = field(default_factory=time.monotonic)
-    summary: dict = field(default_factory=dict)
-    child_env: dict = field(default_factory=dict)
-    run_id: str = field(default_factory=lambda: time.strftime("%Y%m%dT%H%M%S"))
-    hardware: str = field(default_factory=env.machine_name)  # the records' inputs.hardware, as the runner's
-    support: str = field(default_factory=lambda: suite.digest(*suite.support_files()))
-    current: subprocess.Popen | None = None
-
-    @property
-    def layout(self) -> results.Layout:
-        """results/<machine>/ as the runner lays it out."""
-        from scripts.results import Layout
-
-        return Layout(self.results)
-
-    def left(self) -> float:
-        return self.budget_s - (time.monotonic() - self.started)
-
-    def say(self, text: str = "") -> None:
-        print(text, flush=True)
-        self.append_log(text)
-
-    def append_log(self, text: str) -> None:
-        with open(self.out / "device_check.log", "a", encoding="utf-8") as log:
-            log.write(text if text.endswith("\n") else text + "\n")
-
-    def save(self) -> None:
-        self.summary["elapsed_s"] = round(time.monotonic() - self.started, 1)
-        files.atomic_write(self.out / "summary.json", json.dumps(self.summary, indent=1, default=str) + "\n")
-
-    def pack(self) -> None:
-        """records.tar.gz: results/<machine>/ as it stands (no run in progress), the summary and log beside it in
-        device_check/."""
-        from scripts.results import STAGING
-
-        try:
-            extra = self.results / "device_check"
-            extra.mkdir(parents=True, exist_ok=True)
-            for name in ("summary.json", "device_check.log"):
-                if (self.out / name).exists():
-                    shutil.copyfile(self.out / name, extra / name)
-            with files.replacing(self.out / "records.tar.gz") as tmp, tarfile.open(tmp, "w:gz") as tar:
-                tar.add(
-                    self.results,
-                    arcname=f"results/{self.results.name}",
-                    filter=lambda member: None if STAGING in Path(member.name).parts else member,
-                )
-        except OSError as err:
-            self.say(f"records.tar.gz not written: {err}")
-
-
-# --- the parent: one run --------------------------------------------------------------------------------------
-
-
-def dump_stacks(proc: subprocess.Popen, wait_s: float = 2.0) -> None:
-    """Before a run past its limit is killed: every process of its group (the notebook's child, and DataLoader
-    workers forked from it) writes its threads' stacks to the log (faulthandler, registered in scripts.notebook_exec), so a
-    hang says where it waited."""
-    try:
-        os.killpg(proc.pid, STACKS_SIGNAL)
-    except (ProcessLookupError, PermissionError):
-        return
-    time.sleep(wait_s)
-
-
-def execute(
-    check: Check, notebook: Path, executed: Path, log: Path, parameters: dict, env: dict, timeout: float
-) -> tuple[str, str | None]:
-    """The notebook in a child process of its own, killed with every process under it after `timeout` seconds:
-    (status, error)."""
-    from scripts.jobs import kill_tree
-
-    command = [*NOTEBOOK, str(notebook), str(executed), json.dumps(parameters)]
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with open(log, "w", encoding="utf-8") as handle:
-        proc = subprocess.Popen(
-            command,
-            stdout=handle,
-            stderr=subprocess.STDOUT,
-            env=env,
-            cwd=notebook.parent,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-        check.current = proc
-        try:
-            code = proc.wait(timeout=max(1.0, timeout))
-        except subprocess.TimeoutExpired:
-            dump_stacks(proc)
-            kill_tree(proc.pid)
-            return "timeout", (
-                f"no result after {timeout:.0f} s (the device check's limit for this run); killed "
-                "(its threads' stacks, and its workers', are at the end of its log)"
+def parse_overrides(values: list[str]) -> dict:
+    """--params TASK:NAME=VALUE,...: replaces DEFAULT_OVERRIDES for that task ('TASK:' for none)."""
+    chosen = {}
+    for value in values:
+        task, sep, spec = value.partition(":")
+        if not sep or task not in tasks.TASKS:
+            raise SystemExit(
+                f"device_check: --params {value!r}: give TASK:NAME=VALUE,... with TASK one of {', '.join(tasks.TASKS)}"
             )
-        finally:
-            check.current = None
-    if code == 0:
-        return "ok", None
-    return "failed", suite.notebook_error(executed, log) if code > 0 else f"killed by signal {-code}"
+        chosen[task] = spec
+    return chosen
 
 
-def headline(record: dict) -> dict:
-    """The numbers a reader looks at first: time per epoch (or images/s), steady-state samples/s, the metric."""
-    out = {}
-    timing, steps, metrics = record.get("timing") or {}, record.get("steps") or {}, record.get("metrics") or {}
-    if timing.get("median_s"):
-        out[f"s_per_{timing.get('unit', 'lap')}"] = timing["median_s"]
-    if steps.get("samples_per_s"):
-        out["steady_samples_per_s"] = steps["samples_per_s"]
-    out.update({k: v for k, v in metrics.items() if isinstance(v, (int, float))})
-    if record.get("first_step_s"):
-        out["first_step_s"] = record["first_step_s"]
-    return out
+def plan(
+    profile: str,
+    only: list[str],
+    task_names: list[str],
+    overrides: dict,
+    notebooks: Path = suite.NOTEBOOKS,
+    order: str = "task",
+) -> list[Planned]:
+    """The runs in priority order whose notebook exists, filtered by --only (pytorch, jax, keras-torch,
+    keras-jax, keras) and --tasks; each the runner's Job, so the keys are scripts/run_all.py's. Order `task`:
+    every framework of the first task, then of the next (TASK_ORDER x FRAMEWORK_ORDER); `framework`: every task
+    of PyTorch first, then of JAX, and so on (wider, where the budget runs out before the last task)."""
+    from scripts.jobs import Job
+
+    planned = []
+    pairs = [(t, f) for t in TASK_ORDER for f in FRAMEWORK_ORDER]
+    if order == "framework":
+        pairs = [(t, f) for f in FRAMEWORK_ORDER for t in TASK_ORDER]
+    for (task, task_run), (framework, label, framework_run) in pairs:
+        if task_names and task not in task_names:
+            continue
+        if only and label not in only and not (framework == "keras" and "keras" in only):
+            continue
+        wanted = {**framework_run, **task_run}
+        runs = [r for r in suite.variants(task, framework) if all(r.get(k) == v for k, v in wanted.items())]
+        if not runs:
+            continue
+        notebook = suite.notebook_path(task, framework, runs[0], notebooks)
+        if not notebook.exists():
+            continue
+        mode = f"/{task_run['mode']}" if "mode" in task_run else ""
+        estimate = ESTIMATE_S[task + mode][label] if profile == "full" else SMALL_ESTIMATE_S
+        override = overrides.get(task, DEFAULT_OVERRIDES[task] if profile == "full" else "")
+        data = "synthetic" if "data" in tasks.TASKS[task].parameters else None
+        limit = max(3 * estimate, 120) if profile == "full" else None
+        job = Job(task, framework, runs[0], notebook, profile=profile, data=data)
+        planned.append(Planned(job, label, override, estimate, limit))
+    return planned
 
 
-def run_job(check: Check, planned: Planned, timeout: float) -> dict:
-    """One notebook the runner's way (scripts/run_all.py's run_job): executed into the staging folder, its record
-    stored by results.finalize; returns its summary entry. Interrupted, it leaves the previous record as it was."""
-    from scripts import jobs, results
-
-    job, layout = planned.job, check.layout
-    run = job.identity
-    staging, staged = layout.staging(job.profile, run), layout.staged(job.profile, run)
-    shutil.rmtree(staging, ignore_errors=True)  # a clean start: nothing from an earlier run
-    staging.mkdir(parents=True)
-    parameters = jobs.notebook_parameters(job, staged["record"])
-    child_env = {k: v for k, v in check.child_env.items() if k != params.OVERRIDE_VARIABLE}
-    child_env.update({params.OVERRIDE_VARIABLE: planned.override} if planned.override else {})
-    if job.framework == "keras" and "backend" in job.parameters:
-        child_env["KERAS_BACKEND"] = job.parameters["backend"]  # the notebook sets it too, before its first import
-    start = time.monotonic()
-    try:
-        error = jobs.missing_parameters(job, parameters)
-        status, error = (
-            ("failed", error)
-            if error
-            else execute(check, job.notebook, staged["executed"], staged["log"], parameters, child_env, timeout)
-        )
-        seconds = round(time.monotonic() - start, 1)
-        record = results.finalize(
-            layout,
-            jobs.outcome(job, status, error, staged["record"], layout.machine),
-            run,
-            job.profile,
-            staged=staged,
-            run=check.run_id,
-            wall_s=seconds,
-            timed=True,
-            inputs=jobs.inputs(
-                job, parameters, support=check.support, hardware_name=check.hardware, timed=True, pins=False
-            ),
-            device_check={
-                "params_override": planned.override or None,
-                "packages": "the machine's own (no lock set): see device_check/summary.json",
-            },
-        )
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return {
-        "key": job.key,
-        "task": job.task,
-        "framework": planned.label,
-        "status": record["status"],
-        "seconds": seconds,
-        "estimate_s": planned.estimate_s,
-        "override": planned.override or None,
-        "headline": headline(record) if record["status"] == "ok" else {},
-        "error": record.get("error") if record["status"] != "ok" else None,
-        "record": f"results/{layout.machine}/{layout.relative(layout.record(job.profile, run))}",
-    }
-
-
-def copy_log(check: Check, planned: Planned) -> None:
-    job = planned.job
-    try:
-        text = check.layout.log(job.profile, job.identity).read_text(errors="replace")
-    except OSError:
-        return
-    if len(text) > LOG_CAP:
-        text = (
-            text[: LOG_CAP // 4]
-            + f"\n[... {len(text) - LOG_CAP} characters left out ...]\n"
-            + text[-3 * LOG_CAP // 4 :]
-        )
-    check.append_log(f"----- {job.key}: its log -----\n{text}\n----- end of {job.key} -----")
+# --- the budget: the plan's runs in order while it lasts --------------------------------------------------------------
 
 
 def run_jobs(check: Check, plan: list[Planned]) -> list[dict]:
@@ -381,63 +240,7 @@ def run_jobs(check: Check, plan: list[Planned]) -> list[dict]:
     return entries
 
 
-# --- the parent: the plan ------------------------------------------------------------------------------------
-
-
-def parse_overrides(values: list[str]) -> dict:
-    """--params TASK:NAME=VALUE,...: replaces DEFAULT_OVERRIDES for that task ('TASK:' for none)."""
-    chosen = {}
-    for value in values:
-        task, sep, spec = value.partition(":")
-        if not sep or task not in tasks.TASKS:
-            raise SystemExit(
-                f"device_check: --params {value!r}: give TASK:NAME=VALUE,... with TASK one of {', '.join(tasks.TASKS)}"
-            )
-        chosen[task] = spec
-    return chosen
-
-
-def plan(
-    profile: str,
-    only: list[str],
-    task_names: list[str],
-    overrides: dict,
-    notebooks: Path = suite.NOTEBOOKS,
-    order: str = "task",
-) -> list[Planned]:
-    """The runs in priority order whose notebook exists, filtered by --only (pytorch, jax, keras-torch,
-    keras-jax, keras) and --tasks; each the runner's Job, so the keys are scripts/run_all.py's. Order `task`:
-    every framework of the first task, then of the next (TASK_ORDER x FRAMEWORK_ORDER); `framework`: every task
-    of PyTorch first, then of JAX, and so on (wider, where the budget runs out before the last task)."""
-    from scripts.jobs import Job
-
-    planned = []
-    pairs = [(t, f) for t in TASK_ORDER for f in FRAMEWORK_ORDER]
-    if order == "framework":
-        pairs = [(t, f) for f in FRAMEWORK_ORDER for t in TASK_ORDER]
-    for (task, task_run), (framework, label, framework_run) in pairs:
-        if task_names and task not in task_names:
-            continue
-        if only and label not in only and not (framework == "keras" and "keras" in only):
-            continue
-        wanted = {**framework_run, **task_run}
-        runs = [r for r in suite.variants(task, framework) if all(r.get(k) == v for k, v in wanted.items())]
-        if not runs:
-            continue
-        notebook = suite.notebook_path(task, framework, runs[0], notebooks)
-        if not notebook.exists():
-            continue
-        mode = f"/{task_run['mode']}" if "mode" in task_run else ""
-        estimate = ESTIMATE_S[task + mode][label] if profile == "full" else SMALL_ESTIMATE_S
-        override = overrides.get(task, DEFAULT_OVERRIDES[task] if profile == "full" else "")
-        data = "synthetic" if "data" in tasks.TASKS[task].parameters else None
-        limit = max(3 * estimate, 120) if profile == "full" else None
-        job = Job(task, framework, runs[0], notebook, profile=profile, data=data)
-        planned.append(Planned(job, label, override, estimate, limit))
-    return planned
-
-
-# --- main ----------------------------------------------------------------------------------------------------
+# --- main -------------------------------------------------------------------------------------------------------------
 
 
 def parse_args(argv=None):

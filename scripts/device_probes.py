@@ -1,183 +1,38 @@
-"""What the GPU machine's check asks of the machine itself, apart from the notebooks: the carried wheels installed
-offline, the versions it runs on, and the probes that run in child processes of their own (their threads and device
-memory leave with them):
+"""The GPU machine's check's probes, apart from the notebooks, each in a child process of its own (its threads and
+device memory leave with it):
 
     python -m scripts.device_probes torch [PROFILE]   # versions, peak matmul per precision, the true-float32 check
     python -m scripts.device_probes jax               # JAX's devices and its default float32 matmul's error
     python -m scripts.device_probes rank              # one rank of the torch.distributed check (RANK, WORLD_SIZE...)
 
-Each prints one JSON line on stdout. scripts/device_check.py starts them and keeps their output in its log.
+Each prints one JSON line on stdout. The parent side (the check's calibration, jax and process-group steps, started
+by scripts/device_check.py) starts them, keeps their output in its log and says what they found.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import platform
-import re
-import shutil
-import site
 import socket
 import subprocess
 import sys
 import time
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from scripts import suite
 
 if TYPE_CHECKING:
-    from scripts.device_check import Check
+    from scripts.device_run import Check
 
 ROOT = suite.ROOT
 PROBES = [sys.executable, "-m", "scripts.device_probes"]  # a probe in a child process (torch, jax, rank)
 
-VERSIONS = (
-    "torch",
-    "torchvision",
-    "triton",
-    "jax",
-    "jaxlib",
-    "jax-cuda13-plugin",
-    "jax-cuda12-plugin",
-    "flax",
-    "optax",
-    "orbax-checkpoint",
-    "keras",
-    "optree",
-    "namex",
-    "numpy",
-    "ml-dtypes",
-    "onnx",
-    "onnxruntime",
-    "onnxscript",
-    "onnx-ir",
-    "jax2onnx",
-    "scikit-learn",
-    "psutil",
-    "jsonschema",
-    "filelock",
-    "cupy-cuda13x",
-    "tensorflow",
-    "papermill",
-)
 
-
-# --- the carried wheels and the versions ------------------------------------------------------------------------
-
-
-def distribution_name(wheel: Path) -> str:
-    return re.sub(r"[-_.]+", "-", wheel.name.split("-")[0]).lower()
-
-
-def installed_version(name: str, paths: list[str] | None = None) -> str | None:
-    from importlib import metadata
-
-    try:
-        if paths is None:
-            return metadata.version(name)
-        found = list(metadata.distributions(name=name, path=paths))
-        return found[0].version if found else None
-    except metadata.PackageNotFoundError:
-        return None
-
-
-def install_wheels(wheels: Path, target: Path, python: str = sys.executable, say=print) -> dict:
-    """Install each carried wheel whose distribution this Python lacks into `target` (pip --no-index --no-deps
-    --target; a wheel unpacked by zipfile where pip is missing), then add `target` to this process's path as a
-    site directory. Without wheels, a `target` folder prepared beforehand is used as it is."""
-    report = {"wheels": str(wheels), "site": str(target), "installed": [], "present": [], "error": None}
-    found = sorted(wheels.glob("*.whl")) if wheels.is_dir() else []
-    if found:
-        own = [p for p in sys.path if p not in os.environ.get("PYTHONPATH", "").split(os.pathsep) + [str(target)]]
-        present = {name: installed_version(name, own) for name in map(distribution_name, found)}  # this Python's
-        missing = [w for w in found if not present[distribution_name(w)]]
-        report["present"] = [f"{n} {v}" for n, v in present.items() if v]
-        shutil.rmtree(target, ignore_errors=True)
-        if missing:
-
-            def pip(wheels):
-                return subprocess.run(
-                    [
-                        python,
-                        "-m",
-                        "pip",
-                        "install",
-                        "--quiet",
-                        "--no-index",
-                        "--no-deps",
-                        "--no-compile",
-                        "--disable-pip-version-check",
-                        "--target",
-                        str(target),
-                        "--upgrade",
-                        *map(str, wheels),
-                    ],
-                    capture_output=True,
-                    text=True,
-                    check=False,
-                )
-
-            done = pip(missing)
-            if done.returncode == 0:
-                report["installed"] = [w.name for w in missing]
-            elif "No module named pip" in done.stderr:  # a wheel is a zip of what goes into site-packages
-                import zipfile
-
-                for wheel in missing:
-                    with zipfile.ZipFile(wheel) as z:
-                        z.extractall(target)
-                report.update(installed=[w.name for w in missing], unpacked_without_pip=True)
-            else:  # one at a time, so that one wheel this machine refuses keeps none of the others out
-                errors = []
-                for wheel in missing:
-                    one = pip([wheel])
-                    if one.returncode == 0:
-                        report["installed"].append(wheel.name)
-                    else:
-                        errors.append(f"{wheel.name}: {(one.stderr.strip().splitlines() or ['pip failed'])[-1]}")
-                report["error"] = "; ".join(errors) or None
-        say(
-            f"carried wheels: installed {', '.join(report['installed']) or 'none'}"
-            f"{'; already here: ' + ', '.join(report['present']) if report['present'] else ''}"
-            f"{'; ERROR ' + report['error'] if report['error'] else ''}"
-        )
-    elif target.is_dir():
-        say(f"carried wheels: none in {wheels}; using the prepared {target}")
-    else:
-        say(f"carried wheels: none ({wheels} is absent): Keras, jax2onnx and jsonschema only if this machine has them")
-    if target.is_dir():
-        site.addsitedir(str(target))  # an install location (its .pth files too), not the project
-    return report
-
-
-def shm_free() -> int | None:
-    """Free bytes in /dev/shm, where DataLoader workers hand batches over (a container's default 64 MiB holds
-    about three of DenseNet-121's float32 batches of 32); None where there is none."""
-    try:
-        return shutil.disk_usage("/dev/shm").free
-    except OSError:
-        return None
-
-
-def versions(target: Path) -> dict:
-    """Python, the OS and every package the notebooks use, read without importing them."""
-    paths = [str(target)] + sys.path if target.is_dir() else None
-    return {
-        "python": platform.python_version(),
-        "executable": sys.executable,
-        "os": f"{platform.system()} {platform.release()}",
-        "cpu_count": os.cpu_count(),
-        "shm_free_bytes": shm_free(),
-        **{name: installed_version(name, paths) for name in VERSIONS},
-    }
-
-
-# --- the parent side: each probe in its child process, its answer said and kept ---------------------------
+# --- the parent side: each probe in its child process, its answer said and kept ---------------------------------------
 
 
 def child(check: Check, what: str, timeout: float, extra: list[str] | None = None) -> dict:
-    """`python -m scripts.device_check --child WHAT` in a process of its own: the JSON on its last stdout line, its
+    """`python -m scripts.device_probes WHAT` in a process of its own: the JSON on its last stdout line, its
     output kept in device_check.log; {"error": ...} where it fails."""
     try:
         done = subprocess.run(
@@ -195,15 +50,20 @@ def child(check: Check, what: str, timeout: float, extra: list[str] | None = Non
         check.append_log(f"----- {what} (timed out after {timeout:.0f} s) -----\n{out}")
         return {"error": f"no answer after {timeout:.0f} s"}
     check.append_log(f"----- {what} -----\n{done.stdout}{done.stderr}")
-    lines = done.stdout.strip().splitlines()
-    try:
-        answer = json.loads(lines[-1])
-    except (IndexError, ValueError):
-        answer = {}
-    if done.returncode != 0 or not isinstance(answer, dict):
+    answer = answer_of(done.stdout)
+    if done.returncode != 0 or answer is None:
         last = (done.stderr.strip().splitlines() or done.stdout.strip().splitlines() or ["no output"])[-1]
-        return {**(answer if isinstance(answer, dict) else {}), "error": last[:500]}
+        return {**(answer or {}), "error": last[:500]}
     return answer
+
+
+def answer_of(out: str) -> dict | None:
+    """A probe's answer: the JSON object on its last line of output; None where there is none."""
+    try:
+        answer = json.loads(out.strip().splitlines()[-1])
+    except (IndexError, ValueError):
+        return None
+    return answer if isinstance(answer, dict) else None
 
 
 def free_port() -> int:
@@ -241,10 +101,9 @@ def process_group_check(check: Check, gpus: int, timeout: float = 120) -> dict:
             kill_tree(proc.pid)
             out = f"rank {rank}: no answer after {timeout:.0f} s"
         check.append_log(f"----- process group, rank {rank} -----\n{out}")
-        try:
-            ranks.append(json.loads(out.strip().splitlines()[-1]))
-        except (IndexError, ValueError):
-            ranks.append({"rank": rank, "ok": False, "error": (out.strip().splitlines() or ["no output"])[-1][:300]})
+        answer = answer_of(out)
+        error = (out.strip().splitlines() or ["no output"])[-1][:300]
+        ranks.append(answer if answer is not None else {"rank": rank, "ok": False, "error": error})
     return {"world_size": world, "ok": all(r.get("ok") for r in ranks), "ranks": ranks}
 
 
@@ -331,7 +190,7 @@ def process_group_step(check: Check, gpus: list[dict]) -> None:
     )
 
 
-# --- the probes, each in a child process ---------------------------------------------------------------------------
+# --- the probes, each in a child process ------------------------------------------------------------------------------
 
 
 def nccl_version(torch) -> str | None:

@@ -1,8 +1,10 @@
-"""scripts/device_check.py: notebooks run without papermill, one failure or hang never stops the rest,
-the budget skips what would not fit, and every run's record is the runner's (jobs.outcome, results.finalize).
-Toy notebooks in tmp_path; standard library and numpy only."""
+"""scripts/device_check.py and its parts (device_run, notebook_exec, device_env, device_probes): notebooks run
+without papermill, one failure or hang never stops the rest, the budget skips what would not fit, and every run's
+record is the runner's (jobs.outcome, results.finalize). Toy notebooks in tmp_path; standard library and numpy only."""
 
 import json
+import os
+import signal
 import sys
 import tarfile
 import time
@@ -11,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from scripts import device_check as dc
-from scripts import device_probes, jobs, notebook_exec, results, suite
+from scripts import device_env, device_probes, device_run, jobs, notebook_exec, results, suite
 from support import params, records
 
 
@@ -38,12 +40,12 @@ def notebook(path: Path, *cells: str, tagged: int | None = 0) -> Path:
     return path
 
 
-def check_for(tmp_path: Path, budget_s: float = 120) -> dc.Check:
+def check_for(tmp_path: Path, budget_s: float = 120) -> device_run.Check:
     out = tmp_path / "out"
     out.mkdir()
-    check = dc.Check(out=out, results=tmp_path / "work" / "results" / "toy-machine", budget_s=budget_s)
+    check = device_run.Check(out=out, results=tmp_path / "work" / "results" / "toy-machine", budget_s=budget_s)
     check.results.mkdir(parents=True)
-    check.child_env = {**dc.os.environ, "PYTHONPATH": str(dc.ROOT), "PYTHONUNBUFFERED": "1"}
+    check.child_env = {**os.environ, "PYTHONPATH": str(suite.ROOT), "PYTHONUNBUFFERED": "1"}
     return check
 
 
@@ -91,7 +93,7 @@ def test_a_toy_notebook_runs_in_a_child_with_its_parameters(tmp_path):
     )
     check = check_for(tmp_path)
     executed, log = tmp_path / "executed.ipynb", tmp_path / "toy.log"
-    status, error = dc.execute(
+    status, error = device_run.execute(
         check, nb, executed, log, {"profile": "tiny", "marker": str(marker)}, check.child_env, timeout=60
     )
     assert (status, error) == ("ok", None), log.read_text()
@@ -173,7 +175,7 @@ def test_an_interrupted_run_leaves_the_previous_record_notebook_and_log_as_they_
         log.write_text("half a log")
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(dc, "execute", interrupted)
+    monkeypatch.setattr(device_run, "execute", interrupted)
     with pytest.raises(KeyboardInterrupt):
         dc.run_jobs(check, [planned])
     assert {name: path.read_bytes() for name, path in paths.items()} == before
@@ -293,7 +295,7 @@ def test_carried_wheels_install_only_what_is_missing(tmp_path):
             )
             z.writestr(f"{name}-1.0.dist-info/RECORD", "")
     site = tmp_path / "site"
-    report = device_probes.install_wheels(wheels, site, say=lambda text: None)
+    report = device_env.install_wheels(wheels, site, say=lambda text: None)
     try:
         assert report["error"] is None and report["installed"] == ["dlr_toy_missing-1.0-py3-none-any.whl"]
         assert any(p.startswith("pytest ") for p in report["present"])
@@ -326,7 +328,7 @@ def test_without_the_runners_modules_the_check_stops_in_one_line_naming_the_whee
         raise ModuleNotFoundError("No module named 'jsonschema'")
 
     monkeypatch.setattr(dc, "plan", no_jsonschema)
-    monkeypatch.setattr(dc.signal, "signal", lambda *args: None)  # pytest keeps its own SIGTERM
+    monkeypatch.setattr(signal, "signal", lambda *args: None)  # pytest keeps its own SIGTERM
     out = tmp_path / "out"
     code = dc.main(
         [
