@@ -8,10 +8,12 @@
 
 A line counts when it holds code: blank lines and lines that are only a comment do not. A notebook has two parts:
 the learner's path (everything before its `## Measurement` heading, or the whole notebook where it has none) and the
-measurement part. In the learner's path a line is harness when its statement (continuation lines included) calls the
-measurement plumbing: the run's `bench`, a framework's `measure` module, or support's timing, records, precision, env,
-files and agreement checks (HARNESS); and every line of a section that only measures (HARNESS_SECTIONS: the older
-layout's timing, batch-size, parity and record sections, which sat in the reader's path).
+measurement part. In the learner's path a line is harness when it names the measurement plumbing: the run's `bench`, a
+framework's `measure` module, or support's timing, records, precision, env, files and agreement checks (HARNESS), and
+so is every line of a bracket such a line opens (a harness call written over several lines, `harness_lines`); a
+formatted call of the framework's own that passes one harness argument (`jit_compile=bench.compiled`) counts that
+line alone. Every line of a section that only measures counts too (HARNESS_SECTIONS: the older layout's timing,
+batch-size, parity and record sections, which sat in the reader's path).
 The issue's bar: at most 15% of the learner's path is harness. Words are the markdown cells' words, headings
 included; `words_before_model` counts those above `## Model` (the reader's way in).
 """
@@ -33,17 +35,22 @@ LIMIT = 0.15  # the largest share of harness lines the learner's path may have
 WORDS_BEFORE_MODEL = 300  # the most prose a reader meets before the model
 
 
-def statements(lines: list[str]) -> list[list[str]]:
-    """Code lines grouped into statements: a line that leaves a bracket open, or ends in a backslash, goes on."""
-    out, current, depth = [], [], 0
+def harness_lines(lines: list[str]) -> int:
+    """How many of these code lines are harness: each line that names it (HARNESS), and the lines of any bracket such
+    a line leaves open, down to the line that closes it (or of a backslash continuation)."""
+    count, depth, until = 0, 0, None  # until: the bracket depth at which a harness line's open brackets are closed
     for line in lines:
-        current.append(line)
         code = line.split("#", 1)[0]
+        opened = depth
         depth += sum(code.count(c) for c in "([{") - sum(code.count(c) for c in ")]}")
-        if depth <= 0 and not code.rstrip().endswith("\\"):
-            out.append(current)
-            current, depth = [], 0
-    return out + ([current] if current else [])
+        inside = until is not None
+        if HARNESS.search(line) or inside:
+            count += 1
+        if not inside and HARNESS.search(line) and (depth > opened or code.rstrip().endswith("\\")):
+            until = opened
+        elif inside and depth <= until and not code.rstrip().endswith("\\"):
+            until = None
+    return count
 
 
 def code_lines(path: Path) -> dict[str, int | float]:
@@ -70,13 +77,7 @@ def code_lines(path: Path) -> dict[str, int | float]:
                 continue
             counts["learner"] += len(lines)
             counts["model"] += len(lines) if section == MODEL_SECTION else 0
-            counts["harness"] += (
-                len(lines)
-                if section in HARNESS_SECTIONS
-                else sum(
-                    len(statement) for statement in statements(lines) if any(HARNESS.search(line) for line in statement)
-                )
-            )
+            counts["harness"] += len(lines) if section in HARNESS_SECTIONS else harness_lines(lines)
     counts["harness_share"] = round(counts["harness"] / counts["learner"], 3) if counts["learner"] else 0.0
     return counts
 

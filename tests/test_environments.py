@@ -164,7 +164,6 @@ def test_each_command_of_the_package_names_a_main_that_exists():
         "dlr-run": "scripts.run_all:main",
         "dlr-report": "scripts.report:main",
         "dlr-site": "scripts.build_site:main",
-        "dlr-setup": "scripts.setup_envs:main",
     }
     for target in commands.values():
         module, _, function = target.partition(":")

@@ -167,3 +167,23 @@ def test_the_leak_check_finds_each_kind_and_spares_the_this_machine_cell_and_the
         f"{tmp_path / 'a.ipynb'}: cell 4: " + 'if precision == "fp16":  (precision inside a function)',
         f"{tmp_path / 'a.ipynb'}: cell 5: " + 'bench.stop("no AMP")',
     ]
+
+
+def test_a_harness_call_counts_all_its_lines_and_a_harness_argument_its_own():
+    """A harness call written over several lines is harness to its closing bracket; a formatted call of the
+    framework's own counts only the line that passes the harness its argument."""
+    from scripts import notebook_lines
+
+    lines = [
+        "bench = measure.start(",
+        '    "cnn_cifar10",',
+        "    settings,",
+        ")",
+        "model.compile(",
+        "    optimizer=optimizer,",
+        "    jit_compile=bench.compiled,",
+        ")",
+        "x = (1 +",
+        "     2)",
+    ]
+    assert notebook_lines.harness_lines(lines) == 4 + 1

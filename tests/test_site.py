@@ -14,7 +14,7 @@ from urllib.parse import unquote, urlparse
 import nbformat
 import pytest
 
-from scripts import build_site, report, setup_envs, suite
+from scripts import build_site, report, results, setup_envs, suite
 from scripts.report.rows import baseline
 from scripts.report.tables import results_table
 from support import records
@@ -178,7 +178,7 @@ def test_the_index_has_the_matrix_of_notebooks_and_runs(site, page, screenshots)
     rows = list(suite.FRAMEWORKS)
     rows.insert(rows.index("mxnet") + 1, "mxnet_module")  # a notebook of its own, a row of its own
     assert page.eval_on_selector_all(".matrix tbody tr", "rows => rows.map(r => r.dataset.row)") == rows
-    records = [r for r in report.load_records(MACHINE) if r["profile"] == PROFILE and not r.get("matrix")]
+    records = [r for r in report.load_records(MACHINE) if r["profile"] == PROFILE and results.identity(r).baseline]
     assert page.locator(".matrix .status.ok").count() == sum(r["status"] == "ok" for r in records) == len(records)
     link = page.get_attribute('tr[data-row="jax"] td[data-task="cnn_cifar10"] a', "href")
     assert link == "cnn_cifar10.html#pytorch,jax"
@@ -230,10 +230,8 @@ def test_the_results_table_is_the_reports_table_data_as_html_with_every_cell_esc
     machine = tmp_path / "box"
     write(machine, "pytorch", 0.9)
     error = "ValueError: <script>alert(1)</script> (4|8) **not bold**"
-    records.atomic_write_json(
-        machine / "records" / "tiny" / "cnn_cifar10__jax.json",
-        records.failed("cnn_cifar10", "jax", "", "tiny", "here", "failed", error),
-    )
+    failed = records.failed("cnn_cifar10", "jax", "", "tiny", "here", "failed", error)
+    results.finalize(results.Layout(machine), failed, results.Identity("cnn_cifar10", "jax"), "tiny")
     page = (build_site.build(machine, profile="tiny").parent / "cnn_cifar10.html").read_text()
     table = results_table(baseline([r for r in report.load_rows(machine) if r["task"] == "cnn_cifar10"]))
     html = page.split('<div class="table">', 1)[1].split("</table>", 1)[0]
