@@ -192,6 +192,13 @@ def run(cmd: list, **kwargs) -> None:
     subprocess.run(list(map(str, cmd)), check=True, **kwargs)
 
 
+def pip_install(env: str, *args) -> None:
+    """`pip install --quiet ARGS` in the environment, with its pip settings (pip_environ)."""
+    run(
+        [suite.venv_python(env), "-m", "pip", "install", "--quiet", *args], env=pip_environ(env, suite.venv_python(env))
+    )
+
+
 def write_stamp(python: str, env: str, lock_set: str | None = None) -> None:
     """The fingerprint, then the environment's path and its lock set in clear (where a moved one came from)."""
     (suite.VENVS / env / STAMP).write_text(
@@ -219,21 +226,7 @@ def install_project(env: str) -> None:
     """Install this checkout (pyproject.toml) into the environment, editable: its packages import from the
     checkout, and its commands land in the environment's bin/. Offline and without dependencies (the lock file
     installed them): the lock set's own setuptools builds it (legacy.in pins wheel for its setuptools 65.5)."""
-    run(
-        [
-            suite.venv_python(env),
-            "-m",
-            "pip",
-            "install",
-            "--quiet",
-            "--no-deps",
-            "--no-build-isolation",
-            "--no-index",
-            "--editable",
-            suite.ROOT,
-        ],
-        env=dict(os.environ, PIP_DISABLE_PIP_VERSION_CHECK="1"),
-    )
+    pip_install(env, "--no-deps", "--no-build-isolation", "--no-index", "--editable", suite.ROOT)
 
 
 def build(python: str, env: str, force: bool, lock_set: str | None = None) -> None:
@@ -247,19 +240,7 @@ def build(python: str, env: str, force: bool, lock_set: str | None = None) -> No
         print(f"{env}: moved from {moved} to {venv}; rebuilding it (its scripts name the old path)", flush=True)
     print(f"{env}: building {venv} from requirements/{lock_set}.txt", flush=True)
     run([python, "-m", "venv", "--clear", venv])
-    run(
-        [
-            suite.venv_python(env),
-            "-m",
-            "pip",
-            "install",
-            "--quiet",
-            "--require-hashes",
-            "-r",
-            suite.REQUIREMENTS / f"{lock_set}.txt",
-        ],
-        env=pip_environ(env, suite.venv_python(env)),
-    )
+    pip_install(env, "--require-hashes", "-r", suite.REQUIREMENTS / f"{lock_set}.txt")
     install_project(env)
     write_stamp(python, env, lock_set)
     print(f"{env}: built in {time.time() - start:.0f} s")
