@@ -165,16 +165,13 @@ def run_job(check: Check, planned: Planned, timeout: float) -> dict:
 
     job, layout = planned.job, check.layout
     run = job.identity
-    staging, staged = layout.staging(job.profile, run), layout.staged(job.profile, run)
-    shutil.rmtree(staging, ignore_errors=True)  # a clean start: nothing from an earlier run
-    staging.mkdir(parents=True)
-    parameters = jobs.notebook_parameters(job, staged["record"])
     child_env = {k: v for k, v in check.child_env.items() if k != params.OVERRIDE_VARIABLE}
     child_env.update({params.OVERRIDE_VARIABLE: planned.override} if planned.override else {})
     if job.framework == "keras" and "backend" in job.parameters:
         child_env["KERAS_BACKEND"] = job.parameters["backend"]  # the notebook sets it too, before its first import
     start = time.monotonic()
-    try:
+    with layout.fresh_staging(job.profile, run) as staged:
+        parameters = jobs.notebook_parameters(job, staged["record"])
         error = jobs.missing_parameters(job, parameters)
         status, error = (
             ("failed", error)
@@ -199,8 +196,6 @@ def run_job(check: Check, planned: Planned, timeout: float) -> dict:
                 "packages": "the machine's own (no lock set): see device_check/summary.json",
             },
         )
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
     return {
         "key": job.key,
         "task": job.task,

@@ -31,6 +31,7 @@ import dataclasses
 import json
 import os
 import re
+import shutil
 import socket
 import sys
 import time
@@ -87,17 +88,6 @@ class Identity:
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
-
-    @property
-    def parameters(self) -> dict:
-        """The notebook's variant parameters, as suite.variants gives them ({} for a notebook that runs once)."""
-        out = {}
-        for (task, framework), (name, _) in suite.VARIANTS.items():
-            if task in ("*", self.task) and framework in ("*", self.framework):
-                value = self.mode if name == "mode" else self.api
-                if value:
-                    out[name] = value
-        return out
 
     @property
     def line(self) -> str:
@@ -223,6 +213,18 @@ class Layout:
         folder = self.staging(profile, run)
         return {name: folder / path.name for name, path in self.paths(profile, run).items()}
 
+    @contextmanager
+    def fresh_staging(self, profile: str, run: Identity):
+        """The staging folder of a run about to start, emptied of anything an earlier run left, and removed when
+        the block ends however it ends (finalize has moved out what is kept); yields `staged`'s paths."""
+        folder = self.staging(profile, run)
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir(parents=True)
+        try:
+            yield self.staged(profile, run)
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+
     def record_files(self) -> list[Path]:
         """Every stored record (records/<profile>/*.json; the superseded ones sit a level below)."""
         return sorted((self.root / "records").glob("*/*.json"))
@@ -252,11 +254,6 @@ class Layout:
     @property
     def site(self) -> Path:
         return self.root / "site"
-
-    @property
-    def index(self) -> Path:
-        """results/index.md: every machine's headline side by side."""
-        return self.root.parent / "index.md"
 
 
 @contextmanager
@@ -366,8 +363,6 @@ def finalize(
         "log": layout.relative(paths["log"]),
         **runner,
     }
-    record["schema"] = max(record.get("schema", records.SCHEMA), 3)
-    record.pop("matrix", None)  # schema 2's matrix object: the identity holds its fields now
     records.validate(record)
     previous = paths["record"]
     if record["status"] != "ok" and previous.exists():

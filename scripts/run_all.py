@@ -28,7 +28,6 @@ from __future__ import annotations
 import fnmatch
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -218,33 +217,28 @@ def run_job(job: Job, args, layout: Layout, active: Active) -> dict | None:
     notebook and log in place of the previous ones. Returns the record, or None where the run was interrupted (the
     previous record, notebook and log are then left as they were)."""
     run = job.identity
-    staging, staged = layout.staging(job.profile, run), layout.staged(job.profile, run)
-    shutil.rmtree(staging, ignore_errors=True)  # a clean start: nothing from an earlier run
-    staging.mkdir(parents=True)
-    parameters = notebook_parameters(job, staged["record"], parity=args.parity)
-    start = time.time()
-    error = missing_parameters(job, parameters) or job.stopped
-    if error:
-        status = "failed"
-    else:
-        status, error = execute(job, args, parameters, staged["executed"], staged["log"], active)
-    if active.stopping.is_set():
-        shutil.rmtree(staging, ignore_errors=True)
-        return None
-    record = results.finalize(
-        layout,
-        outcome(job, status, error, staged["record"], args.machine),
-        run,
-        job.profile,
-        staged=staged,
-        run=args.run_id,
-        wall_s=round(time.time() - start, 1),
-        timed=args.timed,
-        inputs=inputs(job, parameters, support=args.support, hardware_name=args.hardware, timed=args.timed),
-        **({"cpu_reason": job.cpu_reason} if job.cpu_reason else {}),
-    )
-    shutil.rmtree(staging, ignore_errors=True)
-    return record
+    with layout.fresh_staging(job.profile, run) as staged:
+        parameters = notebook_parameters(job, staged["record"], parity=args.parity)
+        start = time.time()
+        error = missing_parameters(job, parameters) or job.stopped
+        if error:
+            status = "failed"
+        else:
+            status, error = execute(job, args, parameters, staged["executed"], staged["log"], active)
+        if active.stopping.is_set():
+            return None
+        return results.finalize(
+            layout,
+            outcome(job, status, error, staged["record"], args.machine),
+            run,
+            job.profile,
+            staged=staged,
+            run=args.run_id,
+            wall_s=round(time.time() - start, 1),
+            timed=args.timed,
+            inputs=inputs(job, parameters, support=args.support, hardware_name=args.hardware, timed=args.timed),
+            **({"cpu_reason": job.cpu_reason} if job.cpu_reason else {}),
+        )
 
 
 def execute(job: Job, args, parameters: dict, executed: Path, log: Path, active: Active) -> tuple[str, str | None]:

@@ -273,7 +273,6 @@ def failed(
     machine: str,
     status: str,
     error: str,
-    matrix: dict | None = None,
 ) -> dict:
     """The record a runner writes for a notebook that left none (it failed, timed out or was killed): the
     run's names, its status and the one-line `error`; no timing, no metrics."""
@@ -292,7 +291,6 @@ def failed(
         "metrics": {},
         "n_parameters": None,
         "environment": {"machine": machine, "date": time.strftime("%Y-%m-%dT%H:%M:%S%z")},
-        "matrix": matrix or {},
         "error": error,
     }
 

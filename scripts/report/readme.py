@@ -9,6 +9,7 @@ import csv
 from pathlib import Path
 
 from scripts import suite
+from scripts.results import Layout
 from support import tasks
 from support.files import atomic_write
 from support.records import METRICS
@@ -185,8 +186,8 @@ def update_readme(readme: Path, rows: list[dict], machine: str) -> None:
 def machine_rows(results: Path) -> dict[str, list[dict]]:
     """{machine folder: its baseline rows that ran}, from each results/<machine>/results.csv (what build wrote)."""
     found = {}
-    for folder in sorted(p for p in results.iterdir() if (p / "results.csv").is_file()):
-        with open(folder / "results.csv", newline="", encoding="utf-8") as handle:
+    for folder in sorted(p for p in results.iterdir() if Layout(p).csv.is_file()):
+        with open(Layout(folder).csv, newline="", encoding="utf-8") as handle:
             rows = [
                 r
                 for r in csv.DictReader(handle)
@@ -266,7 +267,7 @@ def write_machines(results: Path, readme: Path | None = None, reference: str | N
         "profile compare: its batch sizes and data are the same on every machine."
     )
     listed = []
-    for folder in sorted(p for p in results.iterdir() if (p / "results.csv").is_file()):
+    for folder in sorted(p for p in results.iterdir() if Layout(p).csv.is_file()):
         m = folder.name
         listed.append(
             f"- [`{m}`]({m}/results.md): {len(found[m])} baseline lines"
