@@ -27,6 +27,9 @@ REQUIREMENTS = ROOT / "requirements"
 ENVIRONMENTS = {
     "modern": "numpy 2.x: PyTorch, TensorFlow, Keras 3, JAX + Flax; also runs papermill and pytest",
     "legacy": "numpy 1.23.5: MXNet 1.9.1 and Chainer 7.8.1",
+    # apart from modern because paddle2onnx needs onnx 1.17 (modern has 1.23); CPU builds on every machine: neither
+    # framework has a CUDA 12/13 build on PyPI (support/frameworks.py)
+    "paddle-mindspore": "numpy 2.x, onnx 1.17: PaddlePaddle 3.3.1 and MindSpore 2.10.0 (CPU builds)",
 }
 
 # An environment built only on a machine with an NVIDIA GPU: TensorFlow's CUDA build brings CUDA 12 libraries, which
@@ -54,6 +57,11 @@ LOCK_SETS = {
     for s in (
         LockSet("modern", "modern", why="the CPU builds, PyTorch's CUDA 13 wheel aside"),
         LockSet("legacy", "legacy", why="CPU builds: MXNet 1.9.1 and Chainer 7.8.1 on numpy"),
+        LockSet(
+            "paddle-mindspore",
+            "paddle-mindspore",
+            why="CPU builds, on GPU machines too: PaddlePaddle 3.3.1 and MindSpore 2.10.0",
+        ),
         LockSet(
             "modern-cuda",
             "modern",
@@ -83,7 +91,10 @@ LOCK_SETS = {
 }
 # The lock sets a machine builds: without an NVIDIA GPU (or with DLROSETTA_GPU=cpu) the CPU sets, with one the CUDA
 # sets (scripts/setup_envs.py reads nvidia-smi and checks the driver against each set's).
-MACHINE_LOCK_SETS = {"cpu": ("modern", "legacy"), "cuda": ("modern-cuda", "tensorflow-cuda", "legacy-cuda")}
+MACHINE_LOCK_SETS = {
+    "cpu": ("modern", "legacy", "paddle-mindspore"),
+    "cuda": ("modern-cuda", "tensorflow-cuda", "legacy-cuda", "paddle-mindspore"),
+}
 CHOSEN = "lock-sets.json"  # .venvs/<this>: what setup_envs.py chose on this machine, for the runner
 
 
@@ -185,8 +196,9 @@ LABELS = {name: f.label for name, f in frameworks.FRAMEWORKS.items()}
 
 
 def gpu_probe_key(framework: str, parameters: dict) -> str:
-    """The GPU_PROBES entry that decides for one run: Keras asks its backend's framework."""
-    return KERAS_BACKENDS[parameters["backend"]] if framework == "keras" else framework
+    """The GPU_PROBES entry that decides for one run: Keras asks its backend's framework, an API style (TensorFlow's
+    1.x graph style) the framework it runs on."""
+    return KERAS_BACKENDS[parameters["backend"]] if framework == "keras" else frameworks.get(framework).gpu_probe_key
 
 
 def kernel_name(env: str) -> str:

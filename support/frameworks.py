@@ -29,11 +29,17 @@ class Framework:
     compilation: str = "off"  # what `compilation="auto"` means (support.precision): its own default
     process_per_device: bool = False  # data parallelism as one process per device (the runner starts each one)
     module: str = ""  # the module its notebooks import, that support.env.describe is given ("": name)
+    runs_on: str = ""  # the framework whose build and GPU probe it shares (an API style of it), "" for its own
     probe: Callable[[object], dict] | None = None  # that module -> its device, threads and libraries (see above)
 
     @property
     def module_name(self) -> str:
         return self.module or self.name
+
+    @property
+    def gpu_probe_key(self) -> str:
+        """The framework whose GPU probe decides for it: itself, or the one it runs on."""
+        return self.runs_on or self.name
 
 
 def _installed(package: str) -> str | None:
@@ -130,6 +136,26 @@ def _chainer(chainer) -> dict:
     }
 
 
+def _paddle(paddle) -> dict:
+    gpu = paddle.device.is_compiled_with_cuda() and paddle.device.cuda.device_count() > 0
+    return {
+        "threads": int(os.environ["OMP_NUM_THREADS"]) if os.environ.get("OMP_NUM_THREADS") else os.cpu_count(),
+        "device": paddle.device.cuda.get_device_name() if gpu else "cpu",
+        "cuda": paddle.version.cuda() if gpu else None,
+        "cudnn": paddle.version.cudnn() if gpu else None,
+        "mkldnn": paddle.device.is_compiled_with_mkldnn() if hasattr(paddle.device, "is_compiled_with_mkldnn") else None,
+    }
+
+
+def _mindspore(ms) -> dict:
+    target = ms.get_context("device_target")
+    return {
+        "threads": int(os.environ["OMP_NUM_THREADS"]) if os.environ.get("OMP_NUM_THREADS") else os.cpu_count(),
+        "device": target.lower() if target != "CPU" else "cpu",
+        "mode": {ms.GRAPH_MODE: "graph", ms.PYNATIVE_MODE: "pynative"}.get(ms.get_context("mode")),
+    }
+
+
 # What a machine without the GPU build is told: the set-up builds the CUDA lock sets where nvidia-smi answers.
 _SETUP = "run `python3 -m scripts.setup_envs` on this machine: where nvidia-smi answers it builds the CUDA lock sets"
 
@@ -189,6 +215,38 @@ FRAMEWORKS = {
             f"{_SETUP} (it adds CuPy for CUDA 11.8)",
             probe=_chainer,
         ),
+        Framework(
+            "paddle",
+            "PaddlePaddle",
+            "paddle-mindspore",
+            "import paddle; print(paddle.device.is_compiled_with_cuda() and paddle.device.cuda.device_count() > 0 "
+            "and float((paddle.ones([4]).cuda() * 2).sum()) == 8)",
+            "PaddlePaddle 3.x has no CUDA build on PyPI (paddlepaddle-gpu stops at 2.6.2, and Paddle's own index is "
+            "not a registry this project installs from); this project pins the CPU build, so PaddlePaddle runs on the "
+            "CPU",
+            probe=_paddle,
+        ),  # dynamic graph by default; compilation="on" is paddle.jit.to_static
+        Framework(
+            "mindspore",
+            "MindSpore",
+            "paddle-mindspore",
+            "import mindspore as ms\ntry:\n    ms.set_device('GPU'); ok = float((ms.Tensor([1.0] * 4) * 2).sum()) == 8\n"
+            "except RuntimeError:\n    ok = False  # its GPU plugin finds no CUDA 11 libcuda/libcudnn\nprint(ok)",
+            "MindSpore 2.10's GPU plugin is built for CUDA 11 only (its wheel carries the CPU, CUDA 11 and Ascend "
+            "plugins); this project runs MindSpore on the CPU",
+            probe=_mindspore,
+        ),  # PyNative (eager) by default; compilation="on" is GRAPH_MODE through @mindspore.jit
+        Framework(
+            "tensorflow1",
+            "TensorFlow 1.x graph",
+            "modern",
+            "",
+            "",
+            module="tensorflow",
+            runs_on="tensorflow",
+            compilation="on",
+            probe=_tensorflow,
+        ),  # tf.compat.v1: a graph and a Session, always compiled to a graph; XLA is not its default
     )
 }
 NAMES = tuple(FRAMEWORKS)

@@ -184,7 +184,12 @@ def setup_command(*args):
 def test_built_environments_are_up_to_date_so_setup_would_skip_them():
     proc = setup_command("--check")
     assert (
-        proc.stdout.splitlines() == ["modern: up to date (lock set modern)", "legacy: up to date (lock set legacy)"]
+        proc.stdout.splitlines()
+        == [
+            "modern: up to date (lock set modern)",
+            "legacy: up to date (lock set legacy)",
+            "paddle-mindspore: up to date (lock set paddle-mindspore)",
+        ]
         and proc.returncode == 0
     )
 
@@ -388,7 +393,7 @@ def stub_nvidia_smi(tmp_path, monkeypatch, line: str | None):
 def test_a_gpu_with_a_new_driver_selects_the_cuda_lock_sets(tmp_path, monkeypatch):
     stub_nvidia_smi(tmp_path, monkeypatch, "NVIDIA H100 80GB HBM3, 580.82.07, 9.0")
     kind, gpu, sets = setup_envs.choose_lock_sets()
-    assert (kind, sets) == ("cuda", ["modern-cuda", "tensorflow-cuda", "legacy-cuda"])
+    assert (kind, sets) == ("cuda", ["modern-cuda", "tensorflow-cuda", "legacy-cuda", "paddle-mindspore"])
     assert gpu == {"name": "NVIDIA H100 80GB HBM3", "driver": "580.82.07", "capability": "9.0"}
 
 
@@ -426,12 +431,18 @@ def test_an_unknown_gpu_choice_is_one_line(monkeypatch):
 
 def test_the_runner_reads_the_choice_tensorflow_lines_go_to_their_gpu_environment(tmp_path, monkeypatch):
     monkeypatch.setattr(suite, "VENVS", tmp_path)
-    assert suite.chosen_lock_sets() == {"modern": "modern", "legacy": "legacy"}  # nothing written: CPU sets
+    cpu_sets = {"modern": "modern", "legacy": "legacy", "paddle-mindspore": "paddle-mindspore"}
+    assert suite.chosen_lock_sets() == cpu_sets  # nothing written: CPU sets
     setup_envs.write_choice(
         "cuda", {"name": "H100", "driver": "580.82.07", "capability": "9.0"}, list(suite.MACHINE_LOCK_SETS["cuda"])
     )
     chosen = suite.chosen_lock_sets()
-    assert chosen == {"modern": "modern-cuda", "tensorflow": "tensorflow-cuda", "legacy": "legacy-cuda"}
+    assert chosen == {
+        "modern": "modern-cuda",
+        "tensorflow": "tensorflow-cuda",
+        "legacy": "legacy-cuda",
+        "paddle-mindspore": "paddle-mindspore",  # CPU builds on a GPU machine too (support/frameworks.py says why)
+    }
     assert [
         suite.run_environment(f, p)
         for f, p in (
@@ -440,8 +451,11 @@ def test_the_runner_reads_the_choice_tensorflow_lines_go_to_their_gpu_environmen
             ("keras", {"backend": "jax"}),
             ("pytorch", {}),
             ("chainer", {}),
+            ("tensorflow1", {}),  # TensorFlow's 1.x graph style runs on TensorFlow's GPU build
+            ("paddle", {}),
+            ("mindspore", {}),
         )
-    ] == ["tensorflow", "tensorflow", "modern", "modern", "legacy"]
+    ] == ["tensorflow", "tensorflow", "modern", "modern", "legacy", "tensorflow", "paddle-mindspore", "paddle-mindspore"]
     assert suite.lock_file("tensorflow") == suite.REQUIREMENTS / "tensorflow-cuda.txt"
     (tmp_path / suite.CHOSEN).write_text("{not json")
     assert suite.run_environment("tensorflow", {}) == "modern"  # unreadable: CPU sets
