@@ -3,7 +3,7 @@
 
 Run from the repository root, with any Python 3:
 
-    python3 -m scripts.setup_envs              # both environments, rebuilt only when pins change, and the
+    python3 -m scripts.setup_envs              # every environment, rebuilt only when pins change, and the
                                                # system packages the tests need (chromium), where missing
     python3 -m scripts.setup_envs legacy       # one of them
     python3 -m scripts.setup_envs --force      # rebuild even if the pins are unchanged
@@ -16,17 +16,17 @@ from the exact pins of one lock set, `requirements/<lock set>.txt`, each pin wit
 user's own pip constraints). Then the project itself (pyproject.toml) is installed into it editable, offline,
 so that notebooks `import support` from this checkout and the modern environment has the `dlr-*` commands.
 A stamp file holds a hash of what it was built from and where, so a second call costs a second and a moved or
-copied checkout gets rebuilt. Both kernels are registered in the modern environment's prefix, where the
+copied checkout gets rebuilt. Every kernel is registered in the modern environment's prefix, where the
 runner's Jupyter finds them.
 
 `--lock` resolves with uv (UV, from a small tool environment `.venvs/uv` made on first use; nothing else needs
 it), for Python 3.11 on x86-64 Linux (PLATFORM), holding the pins already in the lock file as constraints.
 
 Which lock sets (scripts/suite.py, LOCK_SETS): on a machine without an NVIDIA GPU, the CPU sets
-`modern` and `legacy`. Where `nvidia-smi` answers, the CUDA sets: `modern-cuda` (PyTorch and JAX on
-CUDA 13), `tensorflow-cuda` (a third environment, `tensorflow`: TensorFlow and Keras on TensorFlow
+`modern`, `legacy` and `paddle-mindspore`. Where `nvidia-smi` answers, the CUDA sets: `modern-cuda` (PyTorch and
+JAX on CUDA 13), `tensorflow-cuda` (an environment of its own, `tensorflow`: TensorFlow and Keras on TensorFlow
 on CUDA 12, which cannot share an environment with CUDA 13) and `legacy-cuda` (CuPy for Chainer,
-CUDA 11.8), after checking the driver against each set's CUDA: a driver too old stops the set-up
+CUDA 11.8), with `paddle-mindspore` as on a CPU (neither framework has a CUDA 12/13 build), after checking the driver against each set's CUDA: a driver too old stops the set-up
 with one line. DLROSETTA_GPU=cpu or =cuda forces either way. The choice is written to
 `.venvs/lock-sets.json`, where the runner reads which kernel runs each line and which pins a
 record names.
@@ -410,7 +410,7 @@ def main(argv=None) -> None:
         "envs",
         nargs="*",
         help="environments to build (default: every one of this machine's lock "
-        "sets: modern and legacy; on a GPU machine also tensorflow)",
+        "sets: modern, legacy and paddle-mindspore; on a GPU machine also tensorflow)",
     )
     parser.add_argument("--force", action="store_true", help="rebuild even if the pins are unchanged")
     parser.add_argument(

@@ -143,7 +143,7 @@ def _paddle(paddle) -> dict:
         "device": paddle.device.cuda.get_device_name() if gpu else "cpu",
         "cuda": paddle.version.cuda() if gpu else None,
         "cudnn": paddle.version.cudnn() if gpu else None,
-        "mkldnn": paddle.device.is_compiled_with_mkldnn() if hasattr(paddle.device, "is_compiled_with_mkldnn") else None,
+        "mkl": paddle.version.with_mkl,  # "ON" where the build links MKL (its oneDNN is a flag: FLAGS_use_mkldnn)
     }
 
 
@@ -184,6 +184,17 @@ FRAMEWORKS = {
             probe=_tensorflow,
         ),
         Framework(
+            "tensorflow1",
+            "TensorFlow 1.x graph",
+            "modern",
+            "",
+            "",
+            module="tensorflow",
+            runs_on="tensorflow",
+            compilation="on",
+            probe=_tensorflow,
+        ),  # tf.compat.v1: a graph and a Session, always compiled to a graph; XLA is not its default
+        Framework(
             "keras", "Keras 3", "modern", "", "", compilation="", probe=_keras
         ),  # asks its backend's framework (KERAS_BACKENDS)
         Framework(
@@ -195,25 +206,6 @@ FRAMEWORKS = {
             f"{_SETUP} (it adds jax[cuda13])",
             compilation="on",
             probe=_jax,
-        ),
-        Framework(
-            "mxnet",
-            "MXNet",
-            "legacy",
-            "import mxnet as mx; print(mx.context.num_gpus() > 0 and (mx.nd.ones(4, ctx=mx.gpu(0)) * 2).sum().asscalar() == 8)",
-            "MXNet 1.9.1, its last release, has GPU wheels only up to mxnet-cu117, built for compute capability "
-            "up to 8.6 with CUDA 11.7; this project pins the CPU build in every lock set, so MXNet runs on the CPU",
-            compilation="on",
-            probe=_mxnet,
-        ),
-        Framework(
-            "chainer",
-            "Chainer",
-            "legacy",
-            "import chainer; ok = chainer.backends.cuda.available\n"
-            "if ok:\n    import cupy; ok = float((cupy.ones(4) * 2).sum()) == 8\nprint(ok)",
-            f"{_SETUP} (it adds CuPy for CUDA 11.8)",
-            probe=_chainer,
         ),
         Framework(
             "paddle",
@@ -237,16 +229,24 @@ FRAMEWORKS = {
             probe=_mindspore,
         ),  # PyNative (eager) by default; compilation="on" is GRAPH_MODE through @mindspore.jit
         Framework(
-            "tensorflow1",
-            "TensorFlow 1.x graph",
-            "modern",
-            "",
-            "",
-            module="tensorflow",
-            runs_on="tensorflow",
+            "mxnet",
+            "MXNet",
+            "legacy",
+            "import mxnet as mx; print(mx.context.num_gpus() > 0 and (mx.nd.ones(4, ctx=mx.gpu(0)) * 2).sum().asscalar() == 8)",
+            "MXNet 1.9.1, its last release, has GPU wheels only up to mxnet-cu117, built for compute capability "
+            "up to 8.6 with CUDA 11.7; this project pins the CPU build in every lock set, so MXNet runs on the CPU",
             compilation="on",
-            probe=_tensorflow,
-        ),  # tf.compat.v1: a graph and a Session, always compiled to a graph; XLA is not its default
+            probe=_mxnet,
+        ),
+        Framework(
+            "chainer",
+            "Chainer",
+            "legacy",
+            "import chainer; ok = chainer.backends.cuda.available\n"
+            "if ok:\n    import cupy; ok = float((cupy.ones(4) * 2).sum()) == 8\nprint(ok)",
+            f"{_SETUP} (it adds CuPy for CUDA 11.8)",
+            probe=_chainer,
+        ),
     )
 }
 NAMES = tuple(FRAMEWORKS)
