@@ -20,7 +20,7 @@ from pathlib import Path
 
 from scripts import suite
 from scripts.results import Identity, RecordError, failed
-from support import env, hardware, params, precision, records, tasks
+from support import env, frameworks, hardware, params, precision, records, tasks
 
 FINAL = ("ok",) + precision.STATUSES  # what --resume keeps: a result, or a combination that cannot run
 INPUT_CHANGES = {
@@ -148,6 +148,8 @@ def job_environment(job: Job, jobs: int = 1) -> dict:
     """The kernel's environment for one run: kernel_environment(), and for a run of the baseline on another seed
     (--seeds) that seed, through support.params' override."""
     environment = kernel_environment(jobs)
+    for variable, value in frameworks.get(job.framework).environ:  # its kernels' own (support/frameworks.py)
+        environment[variable] = value.format(cache=environment["DLROSETTA_CACHE"])
     if "seed" in job.matrix:
         environment[params.OVERRIDE_VARIABLE] = f"seed={job.matrix['seed']}"
     return environment

@@ -52,7 +52,7 @@ from scripts.jobs import (
     why_rerun,
 )
 from scripts.results import Layout, RecordError
-from support import env, hardware, params, precision, tasks
+from support import env, frameworks, hardware, params, precision, tasks
 
 DEFAULT_TIMEOUT = {"tiny": 600, "cpu": 1800, "full": 6 * 3600}
 
@@ -241,6 +241,15 @@ def run_job(job: Job, args, layout: Layout, active: Active) -> dict | None:
         )
 
 
+def free_port() -> int:
+    """A TCP port free on this host now, for a launcher's rendezvous (two launches at once take two)."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
 def execute(job: Job, args, parameters: dict, executed: Path, log: Path, active: Active) -> tuple[str, str | None]:
     """papermill in the notebook's kernel, within the time limit: (status, error)."""
     papermill_args = [
@@ -258,29 +267,27 @@ def execute(job: Job, args, parameters: dict, executed: Path, log: Path, active:
     cmd = [sys.executable, "-m", "papermill", *papermill_args]
     devices = parameters.get("devices", tasks.DEVICES_DEFAULT)
     if job.framework in suite.PROCESS_PER_DEVICE and devices > 1:
-        # a papermill (and kernel) per device, each a rank of torchrun's; --standalone: a free port on this host;
-        # --tee: each rank's output reaches the log line by line, behind its rank
+        # a papermill (and kernel) per device, each a rank of the framework's launcher (support/frameworks.py)
+        launcher = frameworks.get(job.framework).launcher
         cmd = [
             str(suite.venv_python(job.environment)),
-            "-m",
-            "torch.distributed.run",
-            "--standalone",
-            f"--nproc-per-node={devices}",
-            "--tee=3",
-            f"--log-dir={executed.parent / 'ranks'}",
-            "--log-line-prefix-template=[rank${rank}] ",
+            *launcher.argv(devices, str(executed.parent / "ranks"), free_port()),
             str(suite.ROOT / "scripts" / "papermill_rank.py"),
+            job.framework,
             *papermill_args,
         ]
     timeout = args.timeout or DEFAULT_TIMEOUT[job.profile]
     with open(log, "w") as log_file:
         # Its own session: a terminal's Ctrl-C reaches the runner alone, which stops the kernels itself
         # and knows the run was interrupted rather than failed.
+        environment = job_environment(job, args.jobs)
+        if cmd[0] != sys.executable:  # a launcher that starts `python` from PATH (msrun) starts the environment's
+            environment["PATH"] = f"{suite.venv_python(job.environment).parent}{os.pathsep}{environment['PATH']}"
         proc = subprocess.Popen(
             cmd,
             stdout=log_file,
             stderr=subprocess.STDOUT,
-            env=job_environment(job, args.jobs),
+            env=environment,
             stdin=subprocess.DEVNULL,
             start_new_session=True,
         )

@@ -162,9 +162,10 @@ def cuda_major(pin: str) -> str | None:
 FRAMEWORKS = {name: f.environment for name, f in frameworks.FRAMEWORKS.items()}
 
 # Frameworks whose data parallelism is one process per device, each running the whole notebook (PyTorch's
-# DistributedDataParallel): with `devices` above 1 the runner starts the notebook once per device under torchrun,
-# which tells each process its rank, as PyTorch launches any DDP program (scripts/papermill_rank.py).
-PROCESS_PER_DEVICE = {name for name, f in frameworks.FRAMEWORKS.items() if f.process_per_device}
+# DistributedDataParallel, PaddlePaddle's DataParallel): with `devices` above 1 the runner starts the notebook once per
+# device under the framework's own launcher (its registry entry's `launcher`: torchrun, paddle.distributed.launch),
+# which tells each process its rank, as the framework launches any such program (scripts/papermill_rank.py).
+PROCESS_PER_DEVICE = {name for name, f in frameworks.FRAMEWORKS.items() if f.launcher}
 
 TASKS = tasks.NAMES
 PROFILES = tasks.PROFILES

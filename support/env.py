@@ -43,6 +43,12 @@ def project_environment() -> dict:
         "XDG_CACHE_HOME": str(cache / "xdg"),  # what libraries keep in ~/.cache (onnxruntime's device id)
         "MXNET_HOME": str(cache / "mxnet"),
         "CHAINER_DATASET_ROOT": str(cache / "chainer"),
+        # MindSpore writes into the working directory: rank_<id>/om/analyze_fail.ir where a graph fails to compile
+        # (MS_OM_PATH), and, where asked for, its compile cache and saved graphs (its glog files: its registry
+        # entry's `environ`, support/frameworks.py, as glog's variables reach PaddlePaddle too)
+        "MS_OM_PATH": str(cache / "mindspore" / "om"),
+        "MS_COMPILER_CACHE_PATH": str(cache / "mindspore" / "compiler-cache"),
+        "MS_DEV_SAVE_GRAPHS_PATH": str(cache / "mindspore" / "graphs"),
         "TF_CPP_MIN_LOG_LEVEL": "2",
     }
 
@@ -94,11 +100,12 @@ def machine_name() -> str:
     """A folder name for this machine's results: the GPUs' model and count where there are GPUs,
     then the cores and the CPU model, e.g. `cpu-2c-intel-xeon-platinum-8488c`,
     `cpu-2c-amd-epyc-f26m2s1` (a VM that hides the model number) or `nvidia-h100-x1-cpu-16c-...`; a CPU capped
-    to an older ISA (support.hardware: DLROSETTA_CPU_ISA, oneDNN's caps) is another machine, `...-isa-avx2`."""
+    to an older ISA by DLROSETTA_CPU_ISA (the runner's --cpu-isa) is another machine, `...-isa-avx2`; oneDNN's own
+    caps without it cap one framework's kernels, not the machine (support.hardware.Cpu.declared)."""
     from support import hardware
 
     cpu = hardware.Cpu()
-    host = f"cpu-{os.cpu_count()}c-{_slug(cpu_model())}" + (f"-isa-{cpu.level}" if cpu.cap else "")
+    host = f"cpu-{os.cpu_count()}c-{_slug(cpu_model())}" + (f"-isa-{cpu.declared}" if cpu.declared else "")
     gpus = gpu_names()
     return f"{_slug(gpus[0])}-x{len(gpus)}-{host}" if gpus else host
 

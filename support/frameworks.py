@@ -20,6 +20,27 @@ from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
+class Launcher:
+    """How a framework starts a program once per device, each process a rank of a data-parallel run: data, so that
+    adding a launcher is an entry here. The runner (scripts/run_all.py) runs `command` with the framework's
+    environment's Python, `{n}` filled with the number of processes and `{log_dir}` with a folder for the launcher's
+    own logs, followed by `scripts/papermill_rank.py FRAMEWORK NOTEBOOK OUTPUT [papermill options]`, which the
+    launcher starts once per rank with the same arguments; papermill_rank reads the rank from `rank`, the
+    environment variable the launcher sets in each process."""
+
+    command: tuple[str, ...]  # after `<environment>/bin/python`: the launcher and its options, up to the script
+    rank: str  # the environment variable that tells each process its rank (0 .. n-1)
+    # a launcher that also starts the script as a coordinator of the ranks (msrun's scheduler): the variable and
+    # value that mark that process, and the Python it runs there in place of the notebook
+    coordinator: tuple[str, str] | None = None
+    coordinate: str = ""
+
+    def argv(self, n: int, log_dir: str, port: int) -> list[str]:
+        """The launcher's arguments for n processes; `{port}`: a free port on this host for its rendezvous."""
+        return [part.format(n=n, log_dir=log_dir, port=port) for part in self.command]
+
+
+@dataclass(frozen=True)
 class Framework:
     name: str  # the notebooks' file stem and the records' `framework`
     label: str  # how tables and the reader site name it
@@ -27,9 +48,12 @@ class Framework:
     gpu_probe: str  # Python printing True where the installed build computes on the GPU, else False
     gpu_build: str  # what to do where the probe says False on a GPU machine (or why nothing can)
     compilation: str = "off"  # what `compilation="auto"` means (support.precision): its own default
-    process_per_device: bool = False  # data parallelism as one process per device (the runner starts each one)
+    launcher: Launcher | None = None  # data parallelism as one process per device: how the runner starts each one
     module: str = ""  # the module its notebooks import, that support.env.describe is given ("": name)
     runs_on: str = ""  # the framework whose build and GPU probe it shares (an API style of it), "" for its own
+    # variables its kernels alone get from the runner (scripts/jobs.py), each value under the project's cache
+    # (`{cache}`): what would reach another framework's kernel too if support.env set it for all, each with its reason
+    environ: tuple[tuple[str, str], ...] = ()
     probe: Callable[[object], dict] | None = None  # that module -> its device, threads and libraries (see above)
 
     @property
@@ -172,8 +196,21 @@ FRAMEWORKS = {
             f"{_SETUP} (PyTorch's CUDA 13 wheel needs driver 580.65.06 or newer)",
             module="torch",
             probe=_torch,
-            process_per_device=True,
-        ),  # DistributedDataParallel, launched by torchrun (scripts/papermill_rank.py)
+            # DistributedDataParallel, launched by torchrun; --standalone: a free port on this host; --tee: each
+            # rank's output reaches the log line by line, behind its rank
+            launcher=Launcher(
+                (
+                    "-m",
+                    "torch.distributed.run",
+                    "--standalone",
+                    "--nproc-per-node={n}",
+                    "--tee=3",
+                    "--log-dir={log_dir}",
+                    "--log-line-prefix-template=[rank${{rank}}] ",
+                ),
+                "RANK",
+            ),
+        ),
         Framework(
             "tensorflow",
             "TensorFlow",
@@ -191,9 +228,9 @@ FRAMEWORKS = {
             "",
             module="tensorflow",
             runs_on="tensorflow",
-            compilation="on",
             probe=_tensorflow,
-        ),  # tf.compat.v1: a graph and a Session, always compiled to a graph; XLA is not its default
+        ),  # tf.compat.v1: a graph run by a Session (Grappler, always); compilation="on" adds XLA's auto-clustering,
+        # which TensorFlow 1.x leaves off and which measured slower for the CNN on this CPU
         Framework(
             "keras", "Keras 3", "modern", "", "", compilation="", probe=_keras
         ),  # asks its backend's framework (KERAS_BACKENDS)
@@ -217,6 +254,21 @@ FRAMEWORKS = {
             "not a registry this project installs from); this project pins the CPU build, so PaddlePaddle runs on the "
             "CPU",
             probe=_paddle,
+            # `import paddle` creates ~/.cache/paddle/dataset and paddle.jit.to_static writes
+            # ~/.cache/paddle/to_static_tmp/<pid>, both from os.path.expanduser('~'), with no variable of their own
+            environ=(("HOME", "{cache}/home/paddle"),),
+            # paddle.DataParallel, launched by paddle.distributed.launch (gloo on the CPU); rank 0's output reaches
+            # the log, every rank's its log_dir/workerlog.<rank>; --max_restart=0: a failed rank is not restarted
+            launcher=Launcher(
+                (
+                    "-m",
+                    "paddle.distributed.launch",
+                    "--nproc_per_node={n}",
+                    "--max_restart=0",
+                    "--log_dir={log_dir}",
+                ),
+                "PADDLE_TRAINER_ID",
+            ),
         ),  # dynamic graph by default; compilation="on" is paddle.jit.to_static
         Framework(
             "mindspore",
@@ -227,6 +279,39 @@ FRAMEWORKS = {
             "MindSpore 2.10's GPU plugin is built for CUDA 11 only (its wheel carries the CPU, CUDA 11 and Ascend "
             "plugins); this project runs MindSpore on the CPU",
             probe=_mindspore,
+            # MindSpore logs through glog to stderr by default. In a kernel, @mindspore.jit on a large graph (the
+            # GRU's 150 steps, DenseNet-121's training step) logs a line per graph node while it holds the GIL and
+            # can fill ipykernel's stderr pipe until the kernel hangs: its log goes to files instead, errors included
+            # (an error that stops a run is raised as a Python exception). PaddlePaddle's glog reads the same
+            # variables, and its import hangs under them: MindSpore's kernels alone get them.
+            environ=(
+                ("GLOG_log_dir", "{cache}/mindspore/log"),
+                ("GLOG_logtostderr", "0"),
+                ("GLOG_stderrthreshold", "3"),
+            ),
+            # nn.DistributedGradReducer over mindspore.communication (its CPU collective library), launched by msrun:
+            # a scheduler and n workers, each `python SCRIPT ...` with `python` taken from PATH (the runner puts the
+            # environment's bin first). The scheduler runs the script too (MS_ROLE=MS_SCHED) and only calls
+            # mindspore.communication.init(), which serves until the workers end; each worker's output goes to
+            # log_dir/worker_<rank>.log; --join=True: msrun waits and fails where a process fails;
+            # --cluster_time_out: a scheduler whose workers stop before init() (a refused variant) waits that long
+            # (600 s by default); --master_port: msrun's default, 8118, would collide between two launches at once.
+            launcher=Launcher(
+                (
+                    "-m",
+                    "mindspore.parallel.cluster.run",
+                    "--worker_num={n}",
+                    "--local_worker_num={n}",
+                    "--master_port={port}",
+                    "--log_dir={log_dir}",
+                    "--join=True",
+                    "--cluster_time_out=120",
+                ),
+                "RANK_ID",
+                coordinator=("MS_ROLE", "MS_SCHED"),
+                coordinate="import mindspore as ms\nfrom mindspore import communication\n"
+                "ms.set_device('CPU')\ncommunication.init()",
+            ),
         ),  # PyNative (eager) by default; compilation="on" is GRAPH_MODE through @mindspore.jit
         Framework(
             "mxnet",
@@ -258,8 +343,16 @@ NAMES = tuple(FRAMEWORKS)
 KERAS_BACKENDS = {"tensorflow": "tensorflow", "jax": "jax", "torch": "pytorch"}
 KERAS_COMPILATION = {"tensorflow": "off", "tensorflow-gpu": "on", "jax": "on", "torch": "off"}
 # A task where a framework's default differs from its own: PyTorch's ResNet-50 inference is compiled with Inductor's
-# freezing (it roughly halves the eager time; compiling the training steps gained nothing on a CPU).
-TASK_COMPILATION = {("pytorch", "resnet50_features"): "on"}
+# freezing (it roughly halves the eager time; compiling the training steps gained nothing on a CPU). MindSpore's GRU
+# runs as a graph (@mindspore.jit): in PyNative its nn.GRU is a Python loop over the 150 steps' cells, about 7 s a
+# step at batch 32 against 0.2-0.8 s compiled (after an 11 s compile) on the 2-core Zen 5.
+TASK_COMPILATION = {
+    ("pytorch", "resnet50_features"): "on",
+    ("mindspore", "gru_imdb"): "on",
+    # PaddlePaddle's ResNet-50 inference through paddle.jit.to_static with oneDNN: 3 to 7x the dynamic graph's
+    # images/s at the tiny profile (issue 40; the quiet cpu run's records measure it)
+    ("paddle", "resnet50_features"): "on",
+}
 
 
 def get(name: str) -> Framework:

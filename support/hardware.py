@@ -129,6 +129,12 @@ class Cpu:
         self.x86 = _x86() if x86 is None else x86
         self.own_level = level(self.flags) if self.x86 else None
         self.level, self.cap = self.own_level, None
+        # the ISA the run was told to answer as (the runner's --cpu-isa sets it with oneDNN's caps): the machine it
+        # names; a oneDNN cap alone, which a notebook may set for its framework's speed (MindSpore's convolutions),
+        # caps that framework's kernels and bfloat16, not the machine its results are filed under
+        declared = _cap_level(ISA_VARIABLE, environ.get(ISA_VARIABLE, ""))
+        below = self.own_level is None or (declared and LEVELS.index(declared) < LEVELS.index(self.own_level))
+        self.declared = declared if declared and below else None
         for variable in _CAP_VARIABLES:
             capped = _cap_level(variable, environ.get(variable, ""))
             if capped and (self.level is None or LEVELS.index(capped) < LEVELS.index(self.level)):

@@ -17,7 +17,7 @@ from nbformat.v4 import new_code_cell, new_notebook
 
 from scripts import jobs as jobs_
 from scripts import papermill_rank, report, run_all, runner_cli, suite
-from support import params, parity, records, timing
+from support import frameworks, params, parity, records, timing
 from tests.test_variants import Clock, fake_steps, planned
 
 ENV = {"machine": "test", "numpy": np.__version__, "device": "cpu"}
@@ -205,38 +205,55 @@ def test_a_failing_ranks_error_is_the_runs_and_names_the_first_failing_rank_in_o
     )
 
 
-def test_a_process_per_device_notebook_runs_once_per_rank_and_a_failing_ranks_error_names_it(tmp_path):
-    """The runner's launch for suite.PROCESS_PER_DEVICE (PyTorch) with devices=2, on a notebook in PyTorch's kernel:
-    torchrun starts it twice, each process sees its rank, the log tells the ranks apart, and the error of the rank
-    that failed (rank 1 here; rank 0 finished) is the run's, naming the rank."""
-    assert "pytorch" in suite.PROCESS_PER_DEVICE
-    notebook = tmp_path / "pytorch.ipynb"
+def launch_two_ranks(tmp_path, framework: str, world_variable: str):
+    """The runner's launch for a framework in suite.PROCESS_PER_DEVICE with devices=2, on a notebook in its kernel
+    that marks each rank's file (the rank read from the framework's launcher's variable) and fails on rank 1 alone:
+    (status, error, the log's lines, the staging folder)."""
+    assert framework in suite.PROCESS_PER_DEVICE
+    rank_variable = frameworks.get(framework).launcher.rank
+    notebook = tmp_path / f"{framework}.ipynb"
     cells = [
         new_code_cell("devices = 1"),
         new_code_cell(
             "import os\n"
-            "rank, world = int(os.environ['RANK']), int(os.environ['WORLD_SIZE'])\n"
+            f"rank, world = int(os.environ['{rank_variable}']), int(os.environ['{world_variable}'])\n"
             f"open(f'{tmp_path}/rank{{rank}}-of-{{world}}-devices-{{devices}}', 'w').close()"
         ),
         new_code_cell("if rank == 1:\n    raise ValueError('rank 1 fails alone')"),
     ]
     cells[0].metadata["tags"] = ["parameters"]
-    kernel = {"name": suite.kernel_name("modern"), "display_name": "modern", "language": "python"}
+    environment = frameworks.get(framework).environment
+    kernel = {"name": suite.kernel_name(environment), "display_name": environment, "language": "python"}
     nbformat.write(
         new_notebook(cells=cells, metadata={"kernelspec": kernel, "language_info": {"name": "python"}}), notebook
     )
-    job = jobs_.Job("densenet_chestxray", "pytorch", {}, notebook, matrix={"devices": 2}, profile="tiny")
+    job = jobs_.Job("densenet_chestxray", framework, {}, notebook, matrix={"devices": 2}, profile="tiny")
     staging = tmp_path / "staging"
     staging.mkdir()
-    executed, log = staging / "pytorch-2dev.ipynb", staging / "pytorch-2dev.log"
+    executed, log = staging / f"{framework}-2dev.ipynb", staging / f"{framework}-2dev.log"
     status, error = run_all.execute(
         job, types.SimpleNamespace(timeout=300, jobs=1), {"devices": 2}, executed, log, run_all.Active()
     )
     assert sorted(f.name for f in tmp_path.glob("rank*")) == ["rank0-of-2-devices-2", "rank1-of-2-devices-2"]
     assert status == "failed" and re.fullmatch(r"ValueError: rank 1 fails alone \(cell \d+, rank 1\)", error), error
-    assert executed.exists() and (staging / "pytorch-2dev.rank1.ipynb").exists()
-    lines = log.read_text().splitlines()
+    assert executed.exists() and (staging / f"{framework}-2dev.rank1.ipynb").exists()
+    return log.read_text().splitlines()
+
+
+def test_a_process_per_device_notebook_runs_once_per_rank_and_a_failing_ranks_error_names_it(tmp_path):
+    """PyTorch's: torchrun starts the notebook twice, each process sees its rank, the log tells the ranks apart, and
+    the error of the rank that failed (rank 1 here; rank 0 finished) is the run's, naming the rank."""
+    lines = launch_two_ranks(tmp_path, "pytorch", "WORLD_SIZE")
     assert any(line.startswith("[rank0] ") for line in lines) and any(line.startswith("[rank1] ") for line in lines)
+
+
+@pytest.mark.skipif(
+    not suite.venv_python("paddle-mindspore").exists(), reason="the paddle-mindspore environment is not built"
+)
+def test_paddles_launcher_runs_the_notebook_once_per_rank_and_a_failing_ranks_error_names_it(tmp_path):
+    """PaddlePaddle's: paddle.distributed.launch (its environment's Python, which has no papermill) starts the
+    notebook twice, each process sees its rank in PADDLE_TRAINER_ID, and rank 1's error is the run's."""
+    launch_two_ranks(tmp_path, "paddle", "PADDLE_TRAINERS_NUM")
 
 
 # --- the several-devices table -------------------------------------------------------------------------

@@ -48,6 +48,8 @@ def test_machine_names_tell_cpu_models_apart(monkeypatch):
         lambda: {"sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_bf16"},
     )
     monkeypatch.setattr(hardware, "_x86", lambda: True)
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")  # a notebook's own oneDNN cap (MindSpore's): the same machine
+    assert env.machine_name() == "cpu-2c-amd-epyc-f26m2s1" and hardware.Cpu().level == "avx2"
     monkeypatch.setenv("DLROSETTA_CPU_ISA", "avx2")
     assert env.machine_name() == "cpu-2c-amd-epyc-f26m2s1-isa-avx2"
 

@@ -455,7 +455,16 @@ def test_the_runner_reads_the_choice_tensorflow_lines_go_to_their_gpu_environmen
             ("paddle", {}),
             ("mindspore", {}),
         )
-    ] == ["tensorflow", "tensorflow", "modern", "modern", "legacy", "tensorflow", "paddle-mindspore", "paddle-mindspore"]
+    ] == [
+        "tensorflow",
+        "tensorflow",
+        "modern",
+        "modern",
+        "legacy",
+        "tensorflow",
+        "paddle-mindspore",
+        "paddle-mindspore",
+    ]
     assert suite.lock_file("tensorflow") == suite.REQUIREMENTS / "tensorflow-cuda.txt"
     (tmp_path / suite.CHOSEN).write_text("{not json")
     assert suite.run_environment("tensorflow", {}) == "modern"  # unreadable: CPU sets

@@ -383,9 +383,18 @@ def test_one_registry_defines_each_framework_and_the_suite_reads_it():
         if name == "keras":  # Keras asks its backend's framework, and its default is its backend's
             assert set(frameworks.KERAS_BACKENDS.values()) <= set(suite.GPU_PROBES)
             assert {f"keras-{b}" for b in frameworks.KERAS_BACKENDS} <= set(precision.DEFAULT_COMPILATION)
-        else:
-            assert suite.GPU_PROBES[name] == f.gpu_probe and precision.default(name) == f.compilation
-    assert suite.PROCESS_PER_DEVICE == {"pytorch"} and precision.default("pytorch", "resnet50_features") == "on"
+        else:  # an API style of a framework (TensorFlow's 1.x graph style) asks the framework it runs on
+            assert suite.GPU_PROBES[f.gpu_probe_key] == (f.gpu_probe or frameworks.get(f.runs_on).gpu_probe)
+            assert precision.default(name) == f.compilation
+    assert suite.gpu_probe_key("tensorflow1", {}) == "tensorflow"
+    assert suite.PROCESS_PER_DEVICE == {name for name, f in frameworks.FRAMEWORKS.items() if f.launcher is not None}
+    assert suite.PROCESS_PER_DEVICE == {"pytorch", "paddle", "mindspore"}
+    assert {(name, task) for (name, task), on in frameworks.TASK_COMPILATION.items() if on == "on"} == {
+        ("pytorch", "resnet50_features"),
+        ("paddle", "resnet50_features"),
+        ("mindspore", "gru_imdb"),
+    }
+    assert all(precision.default(name, task) == "on" for name, task in frameworks.TASK_COMPILATION)
     # Keras's jit_compile="auto" (Trainer._resolve_auto_jit_compile): XLA on TensorFlow only where a GPU is visible
     keras_default = {
         (b, gpu): precision.default(suite.compilation_key("keras", {"backend": b}, gpu=gpu))
@@ -687,6 +696,8 @@ def test_auto_on_a_gpu_machine_gives_full_only_to_frameworks_that_see_it(monkeyp
         "tensorflow": (False, ""),
         "mxnet": (False, ""),
         "chainer": (False, "the probe failed: ImportError: cupy"),
+        "paddle": (False, ""),
+        "mindspore": (False, ""),
     }
     monkeypatch.setattr(run_all, "probe_gpu", lambda key: seen[key])
     assert run_all.main(["--list", "--task", "gru_imdb"]) == 0
@@ -700,6 +711,9 @@ def test_auto_on_a_gpu_machine_gives_full_only_to_frameworks_that_see_it(monkeyp
         "gru_imdb/keras (tensorflow) [cpu]",
         "gru_imdb/mxnet [cpu]",
         "gru_imdb/chainer [cpu]",
+        "gru_imdb/tensorflow1 [cpu]",  # TensorFlow's 1.x graph style asks TensorFlow's probe
+        "gru_imdb/paddle [cpu]",
+        "gru_imdb/mindspore [cpu]",
         "profile auto: full where the framework computes on the GPU (NVIDIA H100 80GB HBM3 x1), cpu elsewhere",
         "tensorflow sees no GPU: its notebooks run the cpu profile; run `python3 -m scripts.setup_envs` on "
         "this machine: where nvidia-smi answers it builds the CUDA lock sets",
