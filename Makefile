@@ -2,7 +2,7 @@
 # are unchanged; see scripts/setup_envs.py). Extra arguments go in ARGS, e.g.
 #   make run ARGS="--task cnn_cifar10 --profile tiny"
 #   make test ARGS="-k runner"
-# `make test` is the lint (seconds), then the smoke tier (under 15 minutes on 2 cores); `make test-matrix` the rest
+# `make test` is the lint (seconds), then the smoke tier (under 20 minutes on 2 cores); `make test-matrix` the rest
 # of the variant and device matrix at the tiny profile (the tests marked `matrix`), to run before committing results.
 PYTHON ?= python3
 MODERN := .venvs/modern/bin/python
