@@ -4,8 +4,9 @@
     bench = measure.start("cnn_cifar10", settings, precision=precision, compilation=compilation,
                           record_path=record_path)
 
-MindSpore 2.10 runs on the CPU here (support/frameworks.py: its GPU plugin is built for CUDA 11 only). Its default
-mode is PyNative (eager); `compilation="on"` is graph mode through `@mindspore.jit` on the training step.
+MindSpore 2.10 runs on the CPU here (support/frameworks.py: its GPU plugin is built for CUDA 11 only). Its own
+default mode is PyNative (eager); this project's, `compilation="on"`, is graph mode through `@mindspore.jit` on the
+training step (or the forward pass), and `"off"` PyNative.
 """
 
 from __future__ import annotations
