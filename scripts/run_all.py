@@ -265,24 +265,25 @@ def execute(job: Job, args, parameters: dict, executed: Path, log: Path, active:
         "--no-progress-bar",
     ]
     cmd = [sys.executable, "-m", "papermill", *papermill_args]
+    environment = job_environment(job, args.jobs)
     devices = parameters.get("devices", tasks.DEVICES_DEFAULT)
     if job.framework in suite.PROCESS_PER_DEVICE and devices > 1:
         # a papermill (and kernel) per device, each a rank of the framework's launcher (support/frameworks.py)
         launcher = frameworks.get(job.framework).launcher
+        python = suite.venv_python(job.environment)
         cmd = [
-            str(suite.venv_python(job.environment)),
+            str(python),
             *launcher.argv(devices, str(executed.parent / "ranks"), free_port()),
             str(suite.ROOT / "scripts" / "papermill_rank.py"),
             job.framework,
             *papermill_args,
         ]
+        # a launcher that starts `python` from PATH (msrun) starts the environment's
+        environment["PATH"] = f"{python.parent}{os.pathsep}{environment.get('PATH', os.defpath)}"
     timeout = args.timeout or DEFAULT_TIMEOUT[job.profile]
     with open(log, "w") as log_file:
         # Its own session: a terminal's Ctrl-C reaches the runner alone, which stops the kernels itself
         # and knows the run was interrupted rather than failed.
-        environment = job_environment(job, args.jobs)
-        if cmd[0] != sys.executable:  # a launcher that starts `python` from PATH (msrun) starts the environment's
-            environment["PATH"] = f"{suite.venv_python(job.environment).parent}{os.pathsep}{environment['PATH']}"
         proc = subprocess.Popen(
             cmd,
             stdout=log_file,
