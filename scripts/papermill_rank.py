@@ -16,6 +16,7 @@ The runner (`run_all.py`) launches it for the frameworks in `suite.PROCESS_PER_D
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 from pathlib import Path
@@ -51,9 +52,8 @@ def main(argv: list[str]) -> None:
     name, notebook, output, *options = argv
     launcher = frameworks.get(name).launcher
     if launcher.coordinator and os.environ.get(launcher.coordinator[0]) == launcher.coordinator[1]:
-        exec(
-            launcher.coordinate, {}
-        )  # the launcher's coordinator (msrun's scheduler): it serves the ranks, no notebook
+        module, _, function = launcher.coordinate.partition(":")  # msrun's scheduler: it serves the ranks, no notebook
+        getattr(importlib.import_module(module), function)()
         return
     rank = int(os.environ.get(launcher.rank, "0"))
     python = str(suite.venv_python("modern"))  # the environment that runs papermill (scripts/suite.py)

@@ -31,7 +31,7 @@ class Launcher:
     command: tuple[str, ...]  # after `<environment>/bin/python`: the launcher and its options, up to the script
     rank: str  # the environment variable that tells each process its rank (0 .. n-1)
     # a launcher that also starts the script as a coordinator of the ranks (msrun's scheduler): the variable and
-    # value that mark that process, and the Python it runs there in place of the notebook
+    # value that mark that process, and the function (`module:name`) it calls there in place of the notebook
     coordinator: tuple[str, str] | None = None
     coordinate: str = ""
 
@@ -309,8 +309,7 @@ FRAMEWORKS = {
                 ),
                 "RANK_ID",
                 coordinator=("MS_ROLE", "MS_SCHED"),
-                coordinate="import mindspore as ms\nfrom mindspore import communication\n"
-                "ms.set_device('CPU')\ncommunication.init()",
+                coordinate="support.measure.mindspore:serve_ranks",
             ),
             # this project's choice, as MXNet's hybridize(): graph mode through @mindspore.jit (MindSpore's own
             # default is PyNative). On the 2-core Zen 5, compiled against PyNative: the CNN's step 0.33-0.37 against

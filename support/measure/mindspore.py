@@ -60,6 +60,15 @@ def start(
     )
 
 
+def serve_ranks() -> None:
+    """msrun's scheduler (MS_ROLE=MS_SCHED), which runs the launched script too (support/frameworks.py, the
+    launcher's `coordinate`): it joins the cluster and serves the workers' rendezvous until they end."""
+    from mindspore import communication
+
+    ms.set_device("CPU")
+    communication.init()
+
+
 def numpy_bridge() -> None:
     """MindSpore 2.10.0's C++ bridge to Python was built against NumPy 1.x: the first operator on tensors
     (pynative/py_parse.cc) asks NumPy for its 1.x C API, which NumPy 2 refuses with an ImportError ("A module that
