@@ -350,8 +350,8 @@ KERAS_COMPILATION = {"tensorflow": "off", "tensorflow-gpu": "on", "jax": "on", "
 # freezing (it roughly halves the eager time; compiling the training steps gained nothing on a CPU).
 TASK_COMPILATION = {
     ("pytorch", "resnet50_features"): "on",
-    # PaddlePaddle's ResNet-50 inference through paddle.jit.to_static with oneDNN: 3 to 7x the dynamic graph's
-    # images/s at the tiny profile (issue 40; the quiet cpu run's records measure it)
+    # PaddlePaddle's ResNet-50 inference through paddle.jit.to_static, whose static graph runs oneDNN's convolutions
+    # (the dynamic graph's do not): 0.60-0.63 s a batch of 16 against 2.38 s on the 2-core Zen 5 (PERFORMANCE.md)
     ("paddle", "resnet50_features"): "on",
 }
 
