@@ -122,33 +122,19 @@ def _kernels(device: str, n: int, kind: str):
     return found
 
 
-def calls_per_repeat(estimate_s: float, budget_s: float, repeats: int) -> int:
-    """The operator-benchmark count: as many calls per repeat as fit `repeats` repeats in `budget_s`, given one
-    call's estimated time (at least one: a slow kernel then takes `repeats` calls, however long)."""
-    return max(1, int(budget_s / repeats / max(estimate_s, 1e-9)))
-
-
 def timed_kernel(call, sync, flop_per_call: float, *, repeats: int, budget_s: float) -> dict:
-    """One kernel's GFLOP/s: a first call (warm-up: a library picks its kernel, fills its caches), a second timed
-    alone as the estimate, then `repeats` repeats of the count that fits the budget (support.timing.benchmark)."""
-    call()
-    estimate = timing.timed(call, sync=sync)[1]
-    calls = calls_per_repeat(estimate, budget_s, repeats)
-
-    def repeat():
-        for _ in range(calls):
-            call()
-
-    summary = timing.benchmark(repeat, repeats=repeats, warmup=0, sync=sync, unit="repeat")
-    flop = flop_per_call * calls
+    """One kernel's GFLOP/s, by the operator benchmarks' method (support.timing.calibrated): a first call (warm-up:
+    a library picks its kernel, fills its caches), a second timed alone as the estimate, then `repeats` repeats of
+    the count that fits the budget."""
+    summary = timing.calibrated(call, repeats=repeats, budget_s=budget_s, sync=sync)
     return {
-        "calls_per_repeat": calls,
+        "calls_per_repeat": summary["calls_per_repeat"],
         "repeats": repeats,
-        "estimate_s": estimate,
-        "gflops": flop / summary["median_s"] / 1e9,
-        "gflops_max": flop / summary["min_s"] / 1e9,
+        "estimate_s": summary["estimate_s"],
+        "gflops": flop_per_call / summary["median_s"] / 1e9,
+        "gflops_max": flop_per_call / summary["min_s"] / 1e9,
         "cv": summary["cv"],
-        "laps_s": summary["laps_s"],
+        "laps_s": [lap * summary["calls_per_repeat"] for lap in summary["laps_s"]],
     }
 
 

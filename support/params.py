@@ -116,6 +116,19 @@ class ResNetParams:
     seed: int = 42
 
 
+@dataclass(frozen=True)
+class OperatorParams:
+    """Single operations on a ladder of sizes (support/operators.py), timed by support.timing.calibrated."""
+
+    profile: str
+    sizes: int = 0  # rungs of each operation's ladder, smallest first (0: all)
+    budget_s: float = 0.5  # seconds of timed repeats per measurement: the calibrated count of calls comes from it
+    repeats: int = 7  # timed repeats per measurement
+    warmup_calls: int = 3  # untimed calls first (compilation, kernel selection, caches)
+    every_variant: bool = True  # every operation in every mode and dtype (False: support.operators.VARIANT_OPS only)
+    seed: int = 42
+
+
 _PROFILES = {
     "cnn_cifar10": {
         "full": CNNParams("full"),
@@ -170,6 +183,11 @@ _PROFILES = {
         "cpu": ResNetParams("cpu", sweep_budget_s=60, batch_size=16, n_batches=7, warmup_batches=2),
         "tiny": ResNetParams("tiny", sweep_budget_s=4, batch_size=4, n_batches=7, warmup_batches=1, image_size=64),
     },
+    "operators": {
+        "full": OperatorParams("full"),
+        "cpu": OperatorParams("cpu", budget_s=0.15, warmup_calls=2),
+        "tiny": OperatorParams("tiny", sizes=1, budget_s=0.0, warmup_calls=1, every_variant=False),
+    },
 }
 
 TASKS = NAMES  # the registry's order; a test checks that _PROFILES covers every task and profile
@@ -208,6 +226,10 @@ def _convert(name: str, kind: str, text: str):
     """`text` as the field's type (an annotation string: 'int', 'float', 'int | None', 'str')."""
     if "None" in kind and text.strip().lower() == "none":
         return None
+    if kind.startswith("bool"):
+        if text.strip().lower() not in ("true", "false"):
+            raise ValueError(f"{OVERRIDE_VARIABLE}: {name}={text!r} is not true or false")
+        return text.strip().lower() == "true"
     try:
         if kind.startswith("int"):
             return int(text)

@@ -162,12 +162,16 @@ def validate(record) -> dict:
     task = tasks.get(record["task"])
     if task.metric and not _number(record["metrics"].get(task.metric)):
         raise RecordError(f"{task.name} records need metrics[{task.metric!r}] as a number")
+    if task.unit != "call" and not _integer(record["n_parameters"]):
+        raise RecordError(f"n_parameters is {json.dumps(record['n_parameters'])}, not an integer >= 1")
     if record["schema"] >= 2:
         needed = (
-            ["first_step_s", "memory", "flops"]
+            ["first_step_s", "memory"]
+            + (["flops"] if task.unit != "call" else [])
             + (["steps"] if task.unit == "epoch" else [])
             + (["curve"] if task.metric else [])
         )
+        needed += ["operators"] if task.unit == "call" else []
         missing = [key for key in needed if key not in record]
         if missing:
             raise RecordError(f"record lacks {', '.join(missing)}")
@@ -232,7 +236,7 @@ def write(
         "params": as_dict(params),
         "timing": timing,
         "metrics": metrics,
-        "n_parameters": int(n_parameters),
+        "n_parameters": None if n_parameters is None else int(n_parameters),
         "environment": environment,
         "precision": precision,
         "compilation": compilation,
@@ -242,7 +246,7 @@ def write(
             "host_peak_bytes": env.peak_host_memory(),
             "device_peak_bytes": None if device_peak_bytes is None else int(device_peak_bytes),
         },
-        "flops": flops.per_sample(task, params),
+        **({"flops": flops.per_sample(task, params)} if tasks.get(task).unit != "call" else {}),
         **({"steps": steps} if steps is not None else {}),
         **({"curve": [float(v) for v in curve]} if curve is not None else {}),
         **({"sweep": sweep} if sweep else {}),

@@ -27,7 +27,7 @@ class Task:
     name: str  # the folder under notebooks/, the `task` of a record
     title: str  # headings of results.md and the reader's pages
     short: str  # the README table's column head
-    unit: str  # what one timing lap is: "epoch" (training) or "batch" (inference)
+    unit: str  # what one timing lap is: "epoch" (training), "batch" (inference) or "call" (one operation)
     metric: str | None  # the quality metric a record must carry; None: the task measures speed only
     parameters: tuple  # the papermill parameters its notebooks declare beyond COMMON_PARAMETERS
     parity: bool = False  # whether its notebooks have the parity step (support.parity)
@@ -36,11 +36,12 @@ class Task:
     modes: tuple = ()  # values of its `mode` parameter: each notebook runs once per mode
     metric_modes: tuple = ()  # the modes whose metric the README table shows (default: all)
     sweep_modes: tuple = ()  # the modes whose run gets a batch-size sweep beside it (default: all)
+    matrix: bool = True  # whether the runner's variant matrix applies (False: its notebooks measure every variant)
 
     @property
     def headline(self) -> str:
         """What the README table shows: throughput for inference, time per epoch for training."""
-        return "images/s" if self.unit == "batch" else f"s/{self.unit}"
+        return {"batch": "images/s", "call": "µs/call"}.get(self.unit, f"s/{self.unit}")
 
     @property
     def parallel(self) -> bool:
@@ -51,7 +52,7 @@ class Task:
     @property
     def declared(self) -> tuple:
         """Every parameter each of its notebooks declares (a framework's variant parameter aside)."""
-        return COMMON_PARAMETERS + self.parameters + tuple(VARIANT_PARAMETERS)
+        return COMMON_PARAMETERS + self.parameters + (tuple(VARIANT_PARAMETERS) if self.matrix else ())
 
     def columns(self) -> list[tuple[str, str]]:
         """(mode, README column head) per column this task takes in the README table."""
@@ -103,6 +104,9 @@ TASKS = {
         Task(
             "gru_imdb", "GRU on IMDB", "GRU", "epoch", "accuracy", parameters=("data", "parity"), parity=True, band=0.05
         ),
+        # single operations on a ladder of sizes (support/operators.py), each notebook measuring every dtype and mode
+        # itself; its record's timing is the dispatch floor (the smallest add), the README's column
+        Task("operators", "Operator benchmarks", "Add floor", "call", None, parameters=(), matrix=False),
     )
 }
 NAMES = tuple(TASKS)

@@ -131,6 +131,51 @@ def benchmark(
 MIN_REPEATS = 7  # DLPerf's count of runs; fewer give an IQR and a CV that mean little
 
 
+def calls_per_repeat(estimate_s: float, budget_s: float, repeats: int) -> int:
+    """The operator-benchmark count: as many calls per repeat as fit `repeats` repeats in `budget_s`, given one
+    call's estimated time (at least one: a slow kernel then takes `repeats` calls, however long)."""
+    return max(1, int(budget_s / repeats / max(estimate_s, 1e-9)))
+
+
+def calibrated(
+    call: Callable[[], object],
+    *,
+    repeats: int = MIN_REPEATS,
+    budget_s: float,
+    warmup: int = 1,
+    sync: Callable[[], object] | None = None,
+    clock: Callable[[], float] = time.perf_counter,
+) -> dict:
+    """One operation's time per call, as the operator benchmarks take it: `warmup` untimed calls (a library picks
+    its kernel, a compiler compiles, caches fill), one more timed alone as the estimate, then `repeats` repeats of
+    as many calls as fit `budget_s` (calls_per_repeat), synchronised only at each repeat's two ends, so that a
+    small operation's time is not the clock's. The statistics are per call (unit "call"); `first_s` is the first
+    warm-up call's time (compilation included), `estimate_s` the estimate's."""
+    if repeats < 1 or warmup < 1:
+        raise ValueError(f"calibrated needs repeats >= 1 and warmup >= 1, not repeats={repeats}, warmup={warmup}")
+    first = timed(call, sync=sync, clock=clock)[1]
+    for _ in range(warmup - 1):
+        call()
+    estimate = timed(call, sync=sync, clock=clock)[1]
+    calls = calls_per_repeat(estimate, budget_s, repeats)
+    watch = Stopwatch("call", warmup=0, sync=sync, clock=clock)
+    for _ in range(repeats):
+        with watch.lap():
+            for _ in range(calls):
+                call()
+    per_call = [lap / calls for lap in watch.laps]
+    return {
+        "unit": "call",
+        **stats(per_call),
+        "warmup_s": [],
+        "laps_s": per_call,
+        "calls_per_repeat": calls,
+        "first_s": first,
+        "estimate_s": estimate,
+        "samples_per_s": None,
+    }
+
+
 def steady_state(
     step: Callable[[], object],
     *,

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from scripts import calibrate, suite
-from support import hardware, records
+from support import hardware, records, timing
 from support.measure import Bench
 from support.params import load
 
@@ -262,7 +262,7 @@ def test_each_kernels_count_comes_from_its_first_call_within_the_budget(monkeypa
     peak = calibrate.matmul_peak("cpu", repeats=7, n=64, budget_s=0.14)
     counts = {name: gflops for name, gflops in peak["libraries"].items()}
     assert set(counts) == {"sleep 0.05", "sleep 0.001"} and peak["library"] == "sleep 0.001"
-    assert calibrate.calls_per_repeat(0.05, 0.14, 7) == 1 and calibrate.calls_per_repeat(0.001, 0.14, 7) == 20
+    assert timing.calls_per_repeat(0.05, 0.14, 7) == 1 and timing.calls_per_repeat(0.001, 0.14, 7) == 20
     assert 10 <= peak["calls_per_repeat"] <= 20 and len(peak["laps_s"]) == 7
 
 

@@ -24,6 +24,7 @@ import dataclasses
 from contextlib import contextmanager
 
 from support import files, hardware, records, timing
+from support import operators as ops
 from support import init as initial
 from support import precision as prec
 from support.parity import agree  # noqa: F401  (re-exported: the save/load and ONNX agreement checks)
@@ -50,12 +51,14 @@ class Bench:
         devices: int = 1,
         device_memory=None,
         refusal: str | None = None,
+        refuse=None,
         own_bf16=None,
         matmul=None,
         gpu_capability=None,
     ):
-        """`refusal`: why the framework itself cannot run this precision on this device (its own words), asked
-        first; then the device (support.hardware.reason): `own_bf16()` is the framework's own answer whether
+        """`refusal`: why the framework itself cannot run this run at all (its own words), asked first; `refuse(
+        precision)` why it cannot compute a precision on this device; then the device (support.hardware.reason):
+        `own_bf16()` is the framework's own answer whether
         its kernels compute bfloat16 on this CPU, `matmul(dtype)` its probe, `gpu_capability` the GPU's
         compute capability (major, minor) where the framework tells it."""
         prec.check(precision, compilation)
@@ -77,11 +80,20 @@ class Bench:
         cpu = hardware.Cpu()
         self.environment["hardware"] = hardware.describe(cpu)  # the CPU's ISA level, its cap, bf16 by its flags
         print(f"hardware: {hardware.summary(cpu)}" if not gpu else f"hardware: a GPU; host {hardware.summary(cpu)}")
-        reason = refusal or hardware.reason(
-            precision, gpu=gpu, gpu_capability=gpu_capability, own=own_bf16, matmul=matmul, cpu=cpu
-        )
+        self._refuse = refuse
+        self._device = dict(gpu=gpu, gpu_capability=gpu_capability, own=own_bf16, matmul=matmul, cpu=cpu)
+        self._reasons: dict = {}
+        reason = refusal or self.reason(precision)
         if reason:
             self.stop(reason)
+
+    def reason(self, precision: str) -> str | None:
+        """Why the framework (`refuse`) or this device (support.hardware.reason) cannot compute `precision`; None
+        where it can. Asked once per precision: the operator benchmarks ask it for every dtype they measure."""
+        if precision not in self._reasons:
+            own = self._refuse(precision) if self._refuse else None
+            self._reasons[precision] = own or hardware.reason(precision, **self._device)
+        return self._reasons[precision]
 
     @property
     def compiled(self) -> bool:
@@ -201,6 +213,57 @@ class Bench:
             words = f"{type(error).__name__}: {error}".strip().splitlines()[0][:400]
             return self.unavailable("onnx", f"{documented}: {words}" if documented else words)
         return self.agree("onnx", outputs, expected)
+
+    # --- the operator benchmarks (support/operators.py) ---------------------------------------------------------
+    def operators(self, make, *, modes: tuple, dtypes: tuple = ops.DTYPES) -> list[dict]:
+        """Time every measurement of the operator benchmarks' plan at this profile (support.operators.plan: each
+        operation's sizes, forward and train, `dtypes`, the framework's `modes`, its first the default): `make(case)`
+        builds the call that runs one (the notebook's: its inputs made, its gradients asked for, compiled in a
+        compiled mode) and support.timing.calibrated times it. A dtype this framework or device does not compute is
+        recorded `unsupported` with `reason`; a call `make` cannot build raises support.operators.Unavailable with
+        the framework's words and is recorded `unavailable`; any other float32 failure is raised, as a defect.
+        Prints one line per operation, direction, dtype and mode (its GFLOP/s up the ladder); the record's timing
+        is the dispatch floor, the first mode's smallest float32 add."""
+        settings, results, floor = self.settings, [], None
+        for case in ops.plan(settings, modes, gpu=self.gpu, dtypes=dtypes):
+            entry = {
+                "op": case.op,
+                "size": case.size,
+                "dims": case.dims,
+                "model": case.model,
+                "direction": case.direction,
+                "dtype": case.dtype,
+                "mode": case.mode,
+                "flops": case.flops,
+            }
+            why = self.reason(ops.PRECISION_OF[case.dtype])
+            if why:
+                results.append({**entry, "status": "unsupported", "reason": why})
+                continue
+            try:
+                summary = timing.calibrated(
+                    make(case),
+                    repeats=settings.repeats,
+                    budget_s=settings.budget_s,
+                    warmup=settings.warmup_calls,
+                    sync=self.sync,
+                )
+            except ops.Unavailable as error:
+                results.append({**entry, "status": "unavailable", "reason": str(error)})
+                continue
+            except Exception as error:  # a framework's errors have no common base class
+                if case.dtype == "float32":
+                    raise
+                words = " ".join(f"{type(error).__name__}: {error}".split())[:300]
+                results.append({**entry, "status": "unavailable", "reason": words})
+                continue
+            results.append({**entry, "status": "ok", **ops.timed_fields(summary, case.flops)})
+            floor = floor or (summary if ops.is_floor(case, modes) else None)
+        print(ops.describe(results))
+        if floor is None:
+            raise RuntimeError("the operator benchmarks' plan has no float32 add in the first mode: the floor")
+        self.fields.update(operators=results, timing=floor, first_step_s=floor["first_s"])
+        return results
 
     def hyperparameters(self, **values) -> dict:
         """Check that the hyperparameters the notebook's learner's path names (`learning_rate=...`, `batch_size=...`)

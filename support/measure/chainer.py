@@ -70,7 +70,7 @@ def start(
         variant=variant,
         devices=devices,
         device_memory=device_memory if gpu else None,
-        refusal=framework_reason(precision, gpu),
+        refuse=lambda p: framework_reason(p, gpu),
         gpu_capability=gpu_capability() if gpu else None,
     )
     if bench.compiled:

@@ -55,7 +55,7 @@ def start(
         sync=synchronize(),
         variant=variant,
         devices=devices,
-        refusal=own_bf16() if precision == "bf16" else None,
+        refuse=lambda p: own_bf16() if p == "bf16" else None,
         matmul=matmul,
     )
 

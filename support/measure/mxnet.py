@@ -77,7 +77,7 @@ def start(
         sync=mx.nd.waitall,
         variant=variant,
         devices=devices,
-        refusal=BF16_GPU if precision == "bf16" and gpu else None,
+        refuse=lambda p: BF16_GPU if p == "bf16" and gpu else None,
         own_bf16=own_bf16,
         matmul=convolution,
     )

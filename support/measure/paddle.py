@@ -47,7 +47,7 @@ def start(
         sync=None,
         variant=variant,
         devices=devices,
-        refusal=own_bf16() if precision == "bf16" else None,
+        refuse=lambda p: own_bf16() if p == "bf16" else None,
         matmul=matmul,
     )
 

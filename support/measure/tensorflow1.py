@@ -62,7 +62,7 @@ def start(
         sync=None,  # Session.run returns the fetched arrays once the step has run, on a GPU too
         variant=variant,
         devices=devices,
-        refusal=FP16 if precision == "fp16" and gpu else None,
+        refuse=lambda p: FP16 if p == "fp16" and gpu else None,
         matmul=matmul,
         gpu_capability=gpu_capability() if gpu else None,
     )
