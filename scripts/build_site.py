@@ -34,6 +34,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 from scripts import report, suite
+from scripts.report.plots import headline_plot
 from scripts.report.readme import headline_profile
 from scripts.report.rows import TASK_TITLES, baseline
 from scripts.report.tables import provenance, results_table
@@ -54,10 +55,13 @@ CONCEPTS = {
     "input-pipeline": "Input pipeline",
     "mixed-precision": "Precision policy",
     "model": "Define the model",
+    "operations": "The operations (operator benchmarks)",
     "initialise": "Initialise the weights",
     "build": "Build, place and summarise",
     "data-parallel": "Data parallelism on several devices",
     "loss": "Loss and optimizer",
+    "sync": "Synchronise and time a call",
+    "warmup": "Warm-up, calibrated count and repeats",
     "compile": "Compile",
     "gradient": "Gradients",
     "optimizer-step": "Optimizer step",
@@ -292,7 +296,7 @@ def task_page(
     cells = {f: sections(notebooks / task / f"{f}.ipynb", render) for f in frameworks}
     titles = ([INTRODUCTION] if any(INTRODUCTION in c for c in cells.values()) else []) + headings
     task_rows = baseline([r for r in rows if r["task"] == task and r["profile"] == profile])
-    plot = Layout(machine_dir).plots(str(profile)) / f"{task}.png"
+    plot = Layout(machine_dir).plots(str(profile)) / f"{headline_plot(task)}.png"
     return {
         "task": task,
         "title": TASK_TITLES.get(task, task),

@@ -70,6 +70,8 @@ def matrices(args, task: str, framework: str, parameters: dict) -> list[dict]:
     default is dropped (that run is the baseline), so no run repeats another under a second name."""
     # Whether the notebook's framework computes on a GPU decides some defaults (Keras on TensorFlow): a GPU listed
     # and this line's environment built for it (its CUDA lock set), as its probe will find before the run.
+    if not tasks.get(task).matrix:  # its notebooks measure every precision and compilation themselves
+        return [{}]
     gpu = args.gpu and gpu_lock_set(suite.gpu_probe_key(framework, parameters)) is not None
     sweep_modes = tasks.get(task).sweep_modes
     sweeps = bool(args.batch_sizes) and (not sweep_modes or parameters.get("mode") in sweep_modes)

@@ -303,7 +303,15 @@ LEARNER_PATHS = {
         "## Model",
         "## Extract features",
         "## Export to ONNX",
-    )
+    ),
+    # The operator benchmarks are a lesson in timing: the operations built, one timed by hand, then compiled.
+    "operators": (
+        "## Parameters",
+        "## Imports and versions",
+        "## The operations",
+        "## Timing one operation",
+        "## Compiling an operation",
+    ),
 }
 
 

@@ -117,6 +117,23 @@ PLANNED_SMOKE = {
     # is the first one timed out"), beside another run on 2 cores, and once alone after both ranks had finished the
     # notebook and written the record (2026-11-28, as its kernel stopped): msrun then exits 1
     "densenet_chestxray__mindspore__loader": "ok",
+    # The operator benchmarks: every framework line once (each notebook measures every dtype and mode itself)
+    **{
+        f"operators__{line}": "ok"
+        for line in (
+            "pytorch",
+            "tensorflow",
+            "keras__tensorflow",
+            "keras__jax",
+            "keras__torch",
+            "jax",
+            "mxnet",
+            "chainer",
+            "tensorflow1",
+            "paddle",
+            "mindspore",
+        )
+    },
 }
 # Lines whose framework computes no bfloat16 on a CPU, whatever the CPU: their bf16 runs stop in the framework's own
 # words (support.measure.<framework>.start), so a kernel of such lines alone runs no bf16 (Chainer: numpy has none).
@@ -405,6 +422,11 @@ def is_training(key) -> bool:
     return tasks.get(JOBS[key].task).unit == "epoch"
 
 
+def has_model(key) -> bool:
+    """Does the run build a model (every task but the operator benchmarks)?"""
+    return tasks.get(JOBS[key].task).unit != "call"
+
+
 # --- what every tier's run shows -----------------------------------------------------------------
 
 
@@ -516,7 +538,7 @@ def test_the_saved_model_loads_into_a_fresh_one_that_computes_the_same(request, 
     assert saved and all(p.stat().st_size > 0 for p in saved), f"{JOBS[key].title} left nothing in its scratch folder"
 
 
-@pytest.mark.parametrize("key", tier_params(ran))
+@pytest.mark.parametrize("key", tier_params(lambda key: ran(key) and has_model(key)))
 def test_the_exported_onnx_graph_computes_the_same_in_onnx_runtime(request, key):
     record, _ = record_of(request, key)
     job = JOBS[key]
@@ -545,7 +567,7 @@ def test_parity_step_matches_the_numpy_reference(request, key):
     )
 
 
-@pytest.mark.parametrize("key", tier_params(ran))
+@pytest.mark.parametrize("key", tier_params(lambda key: ran(key) and has_model(key)))
 def test_every_model_counts_pytorchs_parameters(request, key):
     record, _ = record_of(request, key)
     assert record["n_parameters"] == N_PARAMETERS[record["task"]], (
@@ -561,6 +583,41 @@ def test_the_sweep_doubles_from_the_smallest_size_and_says_where_it_stopped(requ
     assert sizes and sizes[0] == 2 and all(b == 2 * a for a, b in zip(sizes, sizes[1:]))
     assert record["sweep"]["stopped"].startswith(("time budget: batch", "memory: batch", "out of memory at batch"))
     assert all(row["p95_s"] >= row["median_s"] > 0 for row in record["sweep"]["sizes"])
+
+
+# Operator benchmark cases a framework cannot run in float32: (framework, operation) -> the words of its reason.
+FLOAT32_UNAVAILABLE: dict = {}
+
+
+@pytest.mark.parametrize("key", tier_params(lambda key: ran(key) and not has_model(key)))
+def test_each_operator_notebook_times_its_whole_plan_and_says_why_a_case_did_not_run(request, key):
+    """Every operation of the tiny plan in float32 in the notebook's first mode, forward and (where it has one)
+    forward plus backward, timed in at least 7 repeats; bfloat16 and the other modes on the matmul, each ok or
+    refused in its framework's or the CPU's words; the record's timing is the smallest add's."""
+    from support import operators as ops
+
+    record, _ = record_of(request, key)
+    entries = record["operators"]
+    modes = tuple(dict.fromkeys(e["mode"] for e in entries))
+    planned = [(c.op, c.size, c.direction, c.dtype, c.mode) for c in ops.plan(params.load("operators", "tiny"), modes)]
+    assert [(e["op"], e["size"], e["direction"], e["dtype"], e["mode"]) for e in entries] == planned
+    framework = record["framework"]
+    for e in entries:
+        where = f"{JOBS[key].title}: {e['op']} {e['direction']} {e['dtype']} {e['mode']}"
+        if e["status"] == "ok":
+            assert e["n"] >= timing.MIN_REPEATS and e["median_s"] > 0, where
+            assert e["flops"] == ops.flops(e["op"], e["dims"], e["direction"]), where
+            continue
+        if e["dtype"] == "float32":
+            assert e["status"] == "unavailable", where
+            assert FLOAT32_UNAVAILABLE.get((framework, e["op"]), "(none known)") in e["reason"], (where, e["reason"])
+        elif e["status"] == "unsupported":
+            assert framework in NO_CPU_BF16 or not BF16, (where, e["reason"])
+            assert NO_CPU_BF16.get(framework, NO_BF16) in e["reason"], (where, e["reason"])
+        else:
+            assert e["status"] == "unavailable" and e["reason"], where
+    floor = next(e for e in entries if (e["op"], e["size"], e["dtype"], e["mode"]) == ("add", 0, "float32", modes[0]))
+    assert record["timing"]["median_s"] == floor["median_s"] and record["timing"]["unit"] == "call"
 
 
 # Data parallelism: framework (and Keras backend) -> how its replicas normalise a batch

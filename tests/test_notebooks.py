@@ -46,6 +46,9 @@ def test_notebooks_of_a_task_share_their_headings(task):
     reference = suite.check_headings(task)  # raises, naming the notebook and the heading, where one differs
     assert tuple(reference) == suite.learner_path(task) + (suite.MEASUREMENT,)  # the learner's path, then measurement
     steps = suite.section_headings(suite.notebook_path(task, "pytorch"), subsections=True)[len(reference) :]
+    if task == "operators":  # one call times the whole plan
+        assert steps == ["### Operators", "### Record"]
+        return
     assert steps[0] == "### Initialisation" and "### Batch size" in steps and steps[-1] == "### Record"
 
 

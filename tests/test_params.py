@@ -9,7 +9,10 @@ from support import params, tasks, timing
 def test_every_task_has_every_profile_and_they_shrink(task):
     full, cpu, tiny = (params.load(task, p) for p in ("full", "cpu", "tiny"))
     assert (full.profile, cpu.profile, tiny.profile) == ("full", "cpu", "tiny")
-    if task != "resnet50_features":
+    if task == "operators":  # every size (0) at full and cpu; the smallest only, one call a repeat, at tiny
+        assert full.sizes == cpu.sizes == 0 and tiny.sizes == 1 and full.budget_s > cpu.budget_s > tiny.budget_s
+        assert full.every_variant and cpu.every_variant and not tiny.every_variant
+    elif task != "resnet50_features":
         assert full.n_train is None and cpu.n_train > tiny.n_train
     else:  # every profile times at least 7 batches; the smaller ones take smaller batches and images
         assert full.n_batches >= cpu.n_batches >= tiny.n_batches
@@ -21,9 +24,11 @@ def test_every_task_has_every_profile_and_they_shrink(task):
 @pytest.mark.parametrize("profile", tasks.PROFILES)
 def test_every_profile_times_at_least_seven_steady_state_repeats(task, profile):
     settings = params.load(task, profile)
-    repeats = settings.n_batches if task == "resnet50_features" else settings.step_repeats
-    assert repeats >= timing.MIN_REPEATS == 7
-    if task != "resnet50_features":
+    repeats = {"resnet50_features": "n_batches", "operators": "repeats"}.get(task, "step_repeats")
+    assert getattr(settings, repeats) >= timing.MIN_REPEATS == 7
+    if task == "operators":
+        assert settings.warmup_calls >= 1
+    elif task != "resnet50_features":
         assert settings.steps_per_repeat >= 1 and settings.warmup_steps >= 1
 
 

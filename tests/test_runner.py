@@ -13,6 +13,7 @@ from nbformat.v4 import new_code_cell, new_notebook
 
 from scripts import jobs as jobs_
 from scripts import results, run_all, suite
+from scripts.report.plots import headline_plot
 from support import tasks
 
 OK = """
@@ -26,12 +27,23 @@ records.write(record_path, task=TASK, framework=FRAMEWORK, params=settings, data
               steps=steps, first_step_s=0.01, curve=[0.5, 0.75] if training else None,
               metrics={METRIC: 0.75}, n_parameters=123, environment={"numpy": np.__version__, "machine": "test"})
 """
+OPERATORS_OK = """
+from support import params
+from support.measure import Bench
+settings = params.load("operators", profile)
+bench = Bench("operators", "pytorch", settings, precision="fp32", compilation="off", record_path=record_path,
+              environment={"numpy": "2", "machine": "test"}, gpu=False,
+              refuse=lambda p: "a toy has no bfloat16" if p == "bf16" else None)
+bench.operators(lambda case: (lambda: None), modes=("eager",))
+bench.write(metrics={}, data="synthetic", n_parameters=None)
+"""
 BODIES = {
     ("gru_imdb", "pytorch"): OK,
     ("gru_imdb", "mxnet"): "import numpy\nassert numpy.__version__ == '1.23.5', numpy.__version__\n" + OK,
     ("cnn_cifar10", "pytorch"): "raise ValueError('boom: the model diverged')",
     ("resnet50_features", "pytorch"): "import time\ntime.sleep(600)",
     ("densenet_chestxray", "pytorch"): "import os\nos._exit(1)",
+    ("operators", "pytorch"): OPERATORS_OK,
 }
 METRICS = {name: task.metric or "images_per_s" for name, task in tasks.TASKS.items()}
 TOY_TIMEOUT = 10  # seconds a toy notebook may run: a kernel starts and imports numpy in 2 to 3
@@ -228,18 +240,20 @@ def test_tables_plots_and_readme_hold_every_row(suite_run):
     tmp, out, _ = suite_run
     lines = (out / "results.csv").read_text().splitlines()
     assert (
-        lines[0].startswith("task,framework,variant,line,matrix,precision,compilation,status") and len(lines) == 1 + 6
+        lines[0].startswith("task,framework,variant,line,matrix,precision,compilation,status")
+        and len(lines) == 1 + len(BODIES) + 1  # DenseNet-121's notebook runs in two modes
     )
-    assert sum(",ok," in line for line in lines) == 2
+    assert sum(",ok," in line for line in lines) == 3
     md = (out / "results.md").read_text()
     assert "**failed**: ValueError: boom" in md and "**timeout**" in md
     for task in suite.TASKS:
-        assert (out / "plots" / "tiny" / f"{task}.png").stat().st_size > 1000
+        assert (out / "plots" / "tiny" / f"{headline_plot(task)}.png").stat().st_size > 1000
     readme = (tmp / "README.md").read_text()
     assert "old" not in readme and readme.endswith("after\n")
     assert "| pytorch | failed | — |" in readme and "| pytorch (loader) | failed | — |" in readme
     assert "| pytorch (ram) | failed | — |" in readme and "| pytorch | timeout | — |" in readme
     assert readme.count("| mxnet | ") == 1 and readme.count("| 0.750 |") == 2  # one ok row per kernel
+    assert "| framework | add floor µs | matmul GFLOP/s |" in readme  # the operator benchmarks' own columns
 
 
 def test_the_run_ends_by_building_the_side_by_side_reader(suite_run):

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from scripts.results import Layout
 
+from . import operators
 from .peaks import attach_peaks, load_runs
 from .plots import plot, plot_curves, plot_sweeps, plot_variants
 from .readme import headline_profile, readme_table, update_readme, write_machines
@@ -79,6 +80,9 @@ def build(machine_dir: Path, readme: Path | None = None) -> list[dict]:
         title = f"{TASK_TITLES.get(task, task)} ({profile} profile, {machine_dir.name})"
         folder = layout.plots(profile)
         base_rows = baseline(task_rows)
+        if task == operators.TASK:  # GFLOP/s against size per operation, and the floor
+            operators.plot(base_rows, folder, title, operators.float32_peak(base_rows, runs))
+            continue
         if base_rows:
             plot(base_rows, folder / f"{task}.png", title)
             plot_curves(base_rows, folder / f"{task}-curve.png", f"{title}: learning curves")

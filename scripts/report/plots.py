@@ -16,6 +16,12 @@ from .rows import comparable, has_device_memory, is_inference, number, row_title
 from .text import EMPTY, MIB, NOT_COMPARABLE, fmt, fmt_metric
 
 
+def headline_plot(task: str) -> str:
+    """The file stem of a task's first plot (plots/<profile>/<stem>.png), which results.md and the reader show: the
+    task's throughput bars, or the operator benchmarks' GFLOP/s of the forward calls (scripts/report/operators.py)."""
+    return "operators-forward" if task == "operators" else task
+
+
 def _pyplot():
     import matplotlib
 

@@ -14,6 +14,7 @@ from support import tasks
 from support.files import atomic_write
 from support.records import METRICS
 
+from . import operators
 from .rows import FRAMEWORK_ORDER, PROFILE_ORDER, TASK_TITLES, has_device_memory, is_inference, number, row_title
 from .tables import provenance, timed_cell
 from .text import (
@@ -156,7 +157,11 @@ def readme_table(rows: list[dict], machine: str) -> str:
         "*end-to-end samples/s*: whole epochs, input pipeline included; *first step s*: its total time, "
         f"compilation included; *compile s*: the compilation alone ({EMPTY}: the framework runs eagerly); "
         "*host MiB*: peak resident memory; *GFLOP/s*: the model's FLOPs per sample times compute samples/s; "
-        "*MFU*: that over this machine's matmul peak in the row's precision, measured at the start of the run."
+        "*MFU*: that over this machine's matmul peak in the row's precision, measured at the start of the run. "
+        "Operator benchmarks: *add floor*, a call of the smallest element-wise add, the framework's own time; the "
+        "best float32 GFLOP/s on the largest matmul and 3x3 convolution (forward plus backward); *large ops vs "
+        "fastest*: the geometric mean of its time over the fastest line's on the operations above 1e9 FLOPs "
+        "(its best mode)."
         + (
             f" `!` and {NOT_COMPARABLE}: accuracy or AUC outside the band around the other frameworks', so the "
             "row's time is not comparable."
@@ -167,7 +172,8 @@ def readme_table(rows: list[dict], machine: str) -> str:
     parts = [note, "", legend]
     for task, task_rows in by_task.items():
         if task_rows:
-            parts += ["", f"### {TASK_TITLES.get(task, task)}", "", markdown_table(readme_task_table(task_rows))]
+            table = operators.readme_table(task_rows) if task == operators.TASK else readme_task_table(task_rows)
+            parts += ["", f"### {TASK_TITLES.get(task, task)}", "", markdown_table(table)]
     return "\n".join(parts)
 
 

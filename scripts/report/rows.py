@@ -260,6 +260,8 @@ def row(record: dict) -> dict:
         "error": record.get("error"),
         "executed_notebook": record.get("executed_notebook"),  # not a CSV column: for the reader's links
         "sweep": record.get("sweep") if record.get("timed", True) else None,  # not a CSV column: sweeps.csv
+        # not a CSV column: the operator benchmarks' measurements (scripts/report/operators.py)
+        "operators": record.get("operators") if record.get("timed", True) else None,
     }
     if not out["timed"]:  # its runs shared the machine: no time of it is a measurement
         out.update(dict.fromkeys(TIMING_COLUMNS))

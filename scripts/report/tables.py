@@ -13,6 +13,7 @@ from support import tasks
 from support.files import atomic_write, replacing
 from support.records import METRICS
 
+from . import operators
 from .peaks import calibration_section
 from .rows import (
     BAND,
@@ -265,6 +266,9 @@ def write_markdown(rows: list[dict], path: Path, machine: str, runs: dict[str, d
     ]
     parts += calibration_section(rows, runs or {})
     for profile, task, task_rows in groups(baseline(rows)):
+        if task == operators.TASK:
+            parts += operators.section(task_rows, profile, operators.float32_peak(task_rows, runs or {}))
+            continue
         images = f"![{task}](plots/{profile}/{task}.png)"
         if has_curves(task_rows):
             images += f" ![{task} learning curves](plots/{profile}/{task}-curve.png)"

@@ -24,8 +24,8 @@ import dataclasses
 from contextlib import contextmanager
 
 from support import files, hardware, records, timing
-from support import operators as ops
 from support import init as initial
+from support import operators as ops
 from support import precision as prec
 from support.parity import agree  # noqa: F401  (re-exported: the save/load and ONNX agreement checks)
 
