@@ -240,3 +240,31 @@ def test_the_onnx_check_compares_records_a_variants_failure_and_raises_an_undocu
     b.precision = "bf16"  # a variant's graph ONNX Runtime cannot run
     assert b.onnx(written.append, refuses, expected, expected)["unavailable"].startswith("RuntimeError: [ONNXRuntime")
     assert b.fields["onnx"]["unavailable"].endswith("Conv(11)")
+
+
+def test_onnx_runtime_times_the_exported_graph_on_the_batch_or_says_why_it_cannot(tmp_path):
+    """Bench.onnx with `batch=`: after the agreement, ONNX Runtime's own throughput on the run's batch (one session,
+    the task's warm-up and timed batches), recorded; a graph with a fixed batch that refuses it, in its words."""
+    onnx = pytest.importorskip("onnx")
+    pytest.importorskip("onnxruntime")
+    from onnx import TensorProto, helper
+
+    def export(path):  # a ReLU over a fixed batch of 4
+        x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 3])
+        y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 3])
+        graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "relu", [x], [y])
+        onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+
+    def run(path, x):
+        import onnxruntime as ort
+
+        return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+
+    x = np.linspace(-1, 1, 12, dtype=np.float32).reshape(4, 3)
+    settings = params.load("resnet50_features", "tiny")
+    b = bench("resnet50_features", settings, tmp_path)
+    b.onnx(export, run, x, np.maximum(x, 0), batch=x)
+    assert b.fields["onnx"]["max_rel_error"] == 0 and b.fields["onnxruntime"]["n"] == settings.n_batches
+    assert b.fields["onnxruntime"]["samples_per_s"] > 0 and b.fields["onnxruntime"]["provider"]
+    b.onnx(export, run, x, np.maximum(x, 0), batch=np.zeros((8, 3), np.float32))
+    assert "InvalidArgument" in b.fields["onnxruntime"]["unavailable"]

@@ -646,3 +646,20 @@ def test_the_command_rebuilds_one_machine_and_refuses_a_missing_folder_in_one_li
         f"python -m scripts.report: {tmp_path / 'nowhere'} is no folder: give a machine's "
         "results folder, results/<machine>"
     )
+
+
+def test_onnx_runtimes_throughput_is_a_column_and_pytorchs_the_readmes_reference_row(tmp_path):
+    """Issue 41: the exported ResNet-50 in ONNX Runtime, timed in the same run, beside the frameworks."""
+    ort = timing.benchmark(lambda: None, 7, samples=4) | {"version": "1.32.0", "provider": "CPUExecutionProvider"}
+    write(tmp_path, "pytorch", task="resnet50_features", onnxruntime=ort)
+    write(tmp_path, "jax", task="resnet50_features", onnxruntime={"unavailable": "MaxPool node"})
+    readme = tmp_path / "README.md"
+    readme.write_text("<!-- results:start -->\n<!-- results:end -->\n")
+    rows = {r["framework"]: r for r in report.build(tmp_path, readme)}
+    assert rows["pytorch"]["onnxruntime_samples_per_s"] == ort["samples_per_s"]
+    assert rows["jax"]["onnxruntime_samples_per_s"] is None
+    md = (tmp_path / "results.md").read_text()
+    assert md_cells(md, "pytorch")["ONNX Runtime images/s"] == fmt(ort["samples_per_s"])
+    assert md_cells(md, "jax")["ONNX Runtime images/s"] == EMPTY
+    line = md_cells(readme.read_text(), "ONNX Runtime (PyTorch's export)", "| framework | batch ms")
+    assert line["images/s"] == fmt(ort["samples_per_s"]) and line["batch ms"] == EMPTY

@@ -51,6 +51,7 @@ COLUMNS = (
     "steps_per_repeat",
     "batch",
     "compute_samples_per_s",
+    "onnxruntime_samples_per_s",  # ONNX Runtime on the run's exported graph and batch (the reference runtime)
     "first_step_s",
     "compile_s",
     "host_peak_bytes",
@@ -102,6 +103,7 @@ TIMING_COLUMNS = (
     "step_cv",
     "step_n",
     "compute_samples_per_s",
+    "onnxruntime_samples_per_s",
     "first_step_s",
     "compile_s",
     "gflops",
@@ -226,6 +228,7 @@ def row(record: dict) -> dict:
         "steps_per_repeat": steps.get("steps_per_repeat"),
         "batch": batch,
         "compute_samples_per_s": compute,
+        "onnxruntime_samples_per_s": (record.get("onnxruntime") or {}).get("samples_per_s"),
         "first_step_s": record.get("first_step_s"),
         # Schema 1's compile_s was "first epoch minus median" in TensorFlow and Keras: not a compilation.
         "compile_s": record.get("compile_s") if (record.get("schema") or 0) >= 2 else None,

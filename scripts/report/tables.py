@@ -173,6 +173,11 @@ def results_table(rows: list[dict]) -> Table:
             lambda r: timed_cell(r, fmt(r["compute_samples_per_s"])),
         ),
         *(
+            [("ONNX Runtime images/s", True, lambda r: timed_cell(r, fmt(r["onnxruntime_samples_per_s"])))]
+            if any(r.get("onnxruntime_samples_per_s") for r in rows)
+            else []
+        ),
+        *(
             []
             if inference
             else [

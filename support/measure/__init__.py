@@ -196,13 +196,14 @@ class Bench:
         print(f"{check}: unavailable: {reason}")
         return self.fields[check]
 
-    def onnx(self, export, run, x, expected, *, documented: str | None = None) -> dict:
+    def onnx(self, export, run, x, expected, *, documented: str | None = None, batch=None) -> dict:
         """The export check: `export(path)` writes the model's ONNX graph and `run(path, x)` returns ONNX Runtime's
         outputs on `x` (both the learner's functions, from the notebook's export section), compared with the
         framework's `expected` outputs as `onnx`. Where the exporter or ONNX Runtime fails, the failure is the
         record's, in its own words (`unavailable`), under a mixed or reduced precision (the graph holds types ONNX
         Runtime's CPU kernels lack) or where the notebook `documented` why this run cannot export; a float32
-        failure nobody documented is raised, as a defect."""
+        failure nobody documented is raised, as a defect. `batch` (the run's batch, in the graph's input layout):
+        in float32, ONNX Runtime's own throughput on it follows (`onnx_runtime_throughput`)."""
         path = self.folder() / "model.onnx"
         try:
             export(path)
@@ -212,7 +213,37 @@ class Bench:
                 raise
             words = f"{type(error).__name__}: {error}".strip().splitlines()[0][:400]
             return self.unavailable("onnx", f"{documented}: {words}" if documented else words)
-        return self.agree("onnx", outputs, expected)
+        result = self.agree("onnx", outputs, expected)
+        if batch is not None and self.precision == "fp32":
+            self.onnx_runtime_throughput(path, batch)
+        return result
+
+    def onnx_runtime_throughput(self, path, batch) -> dict:
+        """ONNX Runtime, the inference runtime a deployment would run the exported graph in, timed on `batch` on
+        this machine as the task's throughput is (support.timing.benchmark: the task's warm-up and timed batches,
+        else 2 and 7): the reference the results show beside the framework's own number. One session, made once,
+        with ONNX Runtime's defaults (its threads: one a physical core) and the best provider this build has.
+        A graph ONNX Runtime cannot run at this batch (an export with a fixed batch dimension) is recorded as
+        `onnxruntime: {"unavailable": ...}` in its own words."""
+        import numpy as np
+        import onnxruntime as ort
+
+        providers = [p for p in ("CUDAExecutionProvider", "CPUExecutionProvider") if p in ort.get_available_providers()]
+        try:
+            session = ort.InferenceSession(str(path), providers=providers)
+            feed = {session.get_inputs()[0].name: np.ascontiguousarray(batch, dtype=np.float32)}
+            summary = timing.benchmark(
+                lambda: session.run(None, feed),
+                repeats=getattr(self.settings, "n_batches", timing.MIN_REPEATS),
+                warmup=getattr(self.settings, "warmup_batches", 2),
+                samples=len(batch),
+            )
+        except Exception as error:  # ONNX Runtime's errors have no common base class
+            return self.unavailable("onnxruntime", " ".join(f"{type(error).__name__}: {error}".split())[:300])
+        provider = session.get_providers()[0]
+        print(f"ONNX Runtime {ort.__version__} ({provider}) on the exported graph: {timing.describe(summary)}")
+        self.fields["onnxruntime"] = {**summary, "version": ort.__version__, "provider": provider}
+        return self.fields["onnxruntime"]
 
     # --- the operator benchmarks (support/operators.py) ---------------------------------------------------------
     def operators(self, make, *, modes: tuple, dtypes: tuple = ops.DTYPES) -> list[dict]:
