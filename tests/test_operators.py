@@ -130,6 +130,7 @@ def test_the_tiny_plan_runs_every_operation_once_and_every_mode_and_dtype_on_the
     assert {c.op for c in others} == set(ops.VARIANT_OPS) and len(others) == 2 * 3
     full = ops.plan(params.load("operators", "cpu"), ("eager", "compiled"), gpu=True)
     assert {c.dtype for c in full} == {"float32", "bfloat16", "float16"} and any(c.op == "copy" for c in full)
+    assert {c.mode for c in full if c.op == "copy"} == {"eager"}  # no framework compiles a copy
     assert len({(c.op, c.size, c.direction, c.dtype, c.mode) for c in full}) == len(full)
     with pytest.raises(ValueError, match="modes"):
         ops.plan(tiny, ())
