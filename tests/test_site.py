@@ -109,10 +109,19 @@ def test_every_framework_and_section_is_on_the_page(site, page, task):
     assert page.locator("#chooser input").count() == len(frameworks(task))
 
 
+# Tasks whose quiet `cpu` run is not committed yet: their page must say so (issue 41's operator benchmarks, whose
+# committed run comes with the profile step's); a task that has results here fails until it leaves this set.
+PENDING = {"operators"}
+
+
 @pytest.mark.parametrize("task", suite.TASKS)
 def test_each_page_opens_with_its_results_and_plot(site, page, task):
     page.goto((site / f"{task}.html").as_uri())
     rows = [r for r in report.load_rows(MACHINE) if r["task"] == task and r["profile"] == PROFILE]
+    if task in PENDING:
+        assert not rows, f"{task} has committed results now: drop it from PENDING"
+        assert "No results for this task" in page.inner_text(".results")
+        return
     shown = baseline(rows)  # the page shows the baseline runs; results.md has the variants
     assert page.locator(".results table tbody tr").count() == len(shown)
     if tasks.get(task).matrix:  # every task's variants are in the committed results (operators have none)
