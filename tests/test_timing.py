@@ -197,3 +197,26 @@ def test_the_harness_overhead_is_a_small_positive_time():
 def test_a_lazy_compilation_is_the_first_step_less_a_steady_one_never_negative():
     assert timing.lazy_compile_s(2.5, {"median_s": 0.5}) == 2.0
     assert timing.lazy_compile_s(0.4, {"median_s": 0.5}) == 0.0  # a first step faster than the median
+
+
+def test_calibrated_keeps_each_repeats_last_result_alive_for_its_closing_sync():
+    """JAX's sync waits on the arrays still alive: a result dropped before the repeat's closing sync would leave its
+    work out of the lap (the calls only queued). The sync here sees what the last call returned."""
+    import weakref
+
+    class Result:
+        pass
+
+    last, seen = [None], []
+
+    def call():
+        result = Result()
+        last[0] = weakref.ref(result)
+        return result
+
+    summary = timing.calibrated(
+        call, repeats=7, budget_s=0.0, sync=lambda: seen.append(last[0] is not None and last[0]() is not None)
+    )
+    assert summary["n"] == 7 and summary["calls_per_repeat"] == 1
+    closing = seen[-14:][1::2]  # each lap's sync at its end (the first four: the first call's and the estimate's)
+    assert closing == [True] * 7, seen
