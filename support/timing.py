@@ -150,13 +150,15 @@ def calibrated(
     its kernel, a compiler compiles, caches fill), one more timed alone as the estimate, then `repeats` repeats of
     as many calls as fit `budget_s` (calls_per_repeat), synchronised only at each repeat's two ends, so that a
     small operation's time is not the clock's. The statistics are per call (unit "call"); `first_s` is the first
-    warm-up call's time (compilation included), `estimate_s` the estimate's."""
+    warm-up call's time (compilation included), `estimate_s` the estimate's (with no budget, the first call's: one call
+    a repeat needs no estimate)."""
     if repeats < 1 or warmup < 1:
         raise ValueError(f"calibrated needs repeats >= 1 and warmup >= 1, not repeats={repeats}, warmup={warmup}")
     first = timed(call, sync=sync, clock=clock)[1]
     for _ in range(warmup - 1):
         call()
-    estimate = timed(call, sync=sync, clock=clock)[1]
+    # no budget (a smoke test's profile): one call a repeat whatever the estimate, so none is taken
+    estimate = timed(call, sync=sync, clock=clock)[1] if budget_s > 0 else first
     calls = calls_per_repeat(estimate, budget_s, repeats)
     watch = Stopwatch("call", warmup=0, sync=sync, clock=clock)
     for _ in range(repeats):

@@ -665,7 +665,8 @@ def test_the_tier_exits_cleanly_and_fills_the_tables_and_the_reader(request, tie
     rows = (folder / "results.csv").read_text().splitlines()
     assert len(rows) == 1 + len(keys)
     markdown = (folder / "results.md").read_text()
-    plotted = {JOBS[key].task for key in keys if not JOBS[key].matrix and ran(key)}  # the baselines'
+    # the baselines' (the operator benchmarks plot their measurements, which runs sharing the machine do not show)
+    plotted = {JOBS[key].task for key in keys if not JOBS[key].matrix and ran(key) and has_model(key)}
     assert plotted and all(f"plots/tiny/{task}.png" in markdown for task in plotted)
     assert "## Variants: VGG-style CNN on CIFAR-10 (profile `tiny`)" in markdown
     assert "**unsupported**: Chainer computes in numpy arrays" in markdown  # a stop's reason, in the table
@@ -678,6 +679,7 @@ def test_the_tier_exits_cleanly_and_fills_the_tables_and_the_reader(request, tie
     site = folder / "site"
     assert all((site / f"{task}.html").exists() for task in suite.TASKS) and (site / "site.css").exists()
     assert "profile <code>tiny</code>" in (site / "index.html").read_text()
+    assert "No operator benchmark ran through." in markdown  # untimed: two notebooks shared the machine
     cnn = (site / "cnn_cifar10.html").read_text()
     assert 'data-section="Train"' in cnn and executed in cnn and "../plots/tiny/cnn_cifar10.png" in cnn
 
