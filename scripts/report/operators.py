@@ -42,9 +42,9 @@ def _class(m: dict) -> str | None:
     return ops.size_class(m["flops"] if m["flops"] is not None else ops.forward_flops(m["op"], m["dims"]))
 
 
-def relative_table(found: list[dict], dtype: str = "float32") -> Table:
-    """Per framework line and mode, by size class: the geometric mean over its cases of its time over the fastest
-    line's on the same case (1.00: the fastest everywhere in that class)."""
+def relative(found: list[dict], dtype: str = "float32") -> dict[tuple, dict[str, float]]:
+    """{(framework line, mode): {size class: the geometric mean over its cases of its time over the fastest line's
+    on the same case}} (1.0: the fastest everywhere in that class); a class without cases is absent."""
     chosen = [m for m in found if m["dtype"] == dtype and _class(m)]
     fastest: dict[tuple, float] = {}
     for m in chosen:
@@ -54,13 +54,17 @@ def relative_table(found: list[dict], dtype: str = "float32") -> Table:
         ratios.setdefault((m["line"], m["mode"]), {}).setdefault(_class(m), []).append(
             m["median_s"] / fastest[_case(m)]
         )
+    return {
+        key: {c: math.exp(sum(math.log(v) for v in values) / len(values)) for c, values in by_class.items()}
+        for key, by_class in ratios.items()
+    }
 
-    def geomean(values):
-        return f"{math.exp(sum(math.log(v) for v in values) / len(values)):.2f}x" if values else EMPTY
 
+def relative_table(found: list[dict], dtype: str = "float32") -> Table:
+    """Per framework line and mode, by size class: `relative`'s geometric means (1.00x: the fastest throughout)."""
     rows = [
-        [line, mode] + [geomean(by_class.get(c, [])) for c in ops.SIZE_CLASSES]
-        for (line, mode), by_class in ratios.items()
+        [line, mode] + [f"{by_class[c]:.2f}x" if c in by_class else EMPTY for c in ops.SIZE_CLASSES]
+        for (line, mode), by_class in relative(found, dtype).items()
     ]
     bounds = "tiny: under 1e5 FLOPs a call, small: to 1e7, medium: to 1e9, large: beyond"
     return Table(
@@ -90,12 +94,12 @@ def floor_table(found: list[dict]) -> Table:
 
 def float32_peak(rows: list[dict], runs: dict[str, dict]) -> float | None:
     """The float32 peak GFLOP/s of the rows' device, calibrated before the run the first of them names."""
-    from .peaks import peak
+    from .peaks import peak, peak_key
 
     for r in rows:
         run = runs.get(r.get("run") or "")
         if run and run["meta"]:
-            return peak(run["meta"], f"{'cuda' if (r.get('device') or 'cpu') != 'cpu' else 'cpu'}/float32")
+            return peak(run["meta"], peak_key({**r, "precision": "fp32"}))
     return None
 
 
@@ -213,12 +217,10 @@ def readme_table(rows: list[dict]) -> Table:
     the smallest add in its first mode), its best float32 GFLOP/s on the largest matmul and on the largest 3x3
     convolution forward plus backward, and where its large operations sit against the fastest line's."""
     found = measurements(rows)
-    large = relative_table(found)
-    worst_large = {}
-    for line, _, *classes in large.rows:
-        value = classes[ops.SIZE_CLASSES.index("large")]
-        if value != EMPTY:
-            worst_large[line] = min(worst_large.get(line, math.inf), float(value.rstrip("x")))
+    worst_large = {}  # a line's best mode on the large operations
+    for (line, _), by_class in relative(found).items():
+        if "large" in by_class:
+            worst_large[line] = min(worst_large.get(line, math.inf), by_class["large"])
 
     def cells(r):
         line = line_title(r)
