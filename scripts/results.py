@@ -9,14 +9,15 @@ never decoded from a string or a file name. Its labels (the variant `jax-ram-bf1
 
     records/<profile>/<key>.json            the record (superseded/<key>.json: an ok record a failed run replaced)
     executed/<profile>/<task>/<notebook>    the executed notebook, with its outputs
+    executed/<profile>/<task>/<name>.trace.json.gz  the profiler's trace of a training run (support.profiles)
     logs/<profile>/<key>.log                papermill's log
     runs/<run id>.json                      the runner's metadata of one invocation (calibration, load, argv)
-    .staging/<profile>/<key>/               a run in progress: the same three files, swapped in when it ends
+    .staging/<profile>/<key>/               a run in progress: the same files, swapped in when it ends
     results.csv, results.md, plots/, site/  the report and the reader, made from the records
 
 `hold()` keeps one runner per results folder (a `filelock` lock); `finalize()` is the only writer of a stored
 record: the notebook writes what it measured into the staging folder, and finalize adds what the runner knows
-(identity, run id, wall time, inputs, file names), swaps the executed notebook and log in, keeps an ok record
+(identity, run id, wall time, inputs, file names), swaps the executed notebook, log and trace in, keeps an ok record
 that a failed run would replace, and writes the record atomically. The runner (scripts/run_all.py) and the GPU
 machine's check (scripts/device_check.py) both finish each run through it.
 
@@ -197,12 +198,18 @@ class Layout:
     def log(self, profile: str, run: Identity) -> Path:
         return self.root / "logs" / profile / f"{run.key}.log"
 
+    def trace(self, profile: str, run: Identity) -> Path:
+        """The profiler's trace, beside the executed notebook: executed/cpu/cnn_cifar10/pytorch.trace.json.gz."""
+        executed = self.executed(profile, run)
+        return executed.with_name(f"{executed.stem}.trace.json.gz")
+
     def paths(self, profile: str, run: Identity) -> dict[str, Path]:
-        """Where a finished run's record, executed notebook and log are."""
+        """Where a finished run's record, executed notebook, log and profiler trace are."""
         return {
             "record": self.record(profile, run),
             "executed": self.executed(profile, run),
             "log": self.log(profile, run),
+            "trace": self.trace(profile, run),
         }
 
     def staging(self, profile: str, run: Identity) -> Path:
@@ -210,8 +217,11 @@ class Layout:
         return self.root / STAGING / profile / run.key
 
     def staged(self, profile: str, run: Identity) -> dict[str, Path]:
+        """The staging folder's files, named as `paths` names them, but the trace, which the notebook names after
+        its record (support.records.trace_path)."""
         folder = self.staging(profile, run)
-        return {name: folder / path.name for name, path in self.paths(profile, run).items()}
+        staged = {name: folder / path.name for name, path in self.paths(profile, run).items()}
+        return {**staged, "trace": records.trace_path(staged["record"])}
 
     @contextmanager
     def fresh_staging(self, profile: str, run: Identity):
@@ -361,6 +371,7 @@ def finalize(
         "profile": profile,
         "executed_notebook": layout.relative(paths["executed"]),
         "log": layout.relative(paths["log"]),
+        **({"trace": layout.relative(paths["trace"])} if staged is not None and staged["trace"].exists() else {}),
         **runner,
     }
     records.validate(record)
@@ -374,7 +385,7 @@ def finalize(
                 record["superseded"] = layout.relative(kept)
         except RecordError:
             pass
-    for name in ("executed", "log") if staged is not None else ():
+    for name in ("executed", "log", "trace") if staged is not None else ():
         paths[name].parent.mkdir(parents=True, exist_ok=True)
         if staged[name].exists():
             staged[name].replace(paths[name])

@@ -55,6 +55,14 @@ def _integer(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def trace_path(record_path) -> Path:
+    """The profiler's trace of the run whose record is `record_path` (support.measure.Bench.profile), beside it:
+    records/cpu/cnn_cifar10__pytorch.json -> records/cpu/cnn_cifar10__pytorch.trace.json.gz; the runner moves it
+    beside the executed notebook (scripts/results.py)."""
+    path = Path(record_path)
+    return path.with_name(f"{path.stem}.trace.json.gz")
+
+
 @functools.cache
 def schema() -> dict:
     """The published JSON Schema of a record (docs/record.schema.json)."""

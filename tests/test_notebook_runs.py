@@ -25,18 +25,23 @@ smoke test's.
 
 import json
 import os
+import pathlib
 import re
 
 import pytest
 
 from scripts import run_all, runner_cli, suite
-from support import env, hardware, init, params, parity, precision, records, tasks, timing
+from support import env, hardware, init, params, parity, precision, profiles, records, tasks, timing
+from support.frameworks import KERAS_BACKENDS
 from tests.test_runner import fake_calibrate
 
 # Does this CPU compute bfloat16 at hardware speed, by its flags and caps (support/hardware.py)? Where its flags
 # cannot say (AVX-512 without avx512_bf16), each framework's probe decides in the run: the tiers run the baselines
 # and accept either end for a bf16 run, with the CPU's line where it stops.
 BF16 = hardware.Cpu().bf16_by_flags()
+
+# The framework lines of the modern and legacy kernels, as their record keys name them
+LINES = ("pytorch", "tensorflow", "keras__tensorflow", "keras__jax", "keras__torch", "jax", "mxnet", "chainer")
 
 # The smoke tier as planned for a CPU with bfloat16: {record key: the status it must end with}.
 PLANNED_SMOKE = {
@@ -63,19 +68,7 @@ PLANNED_SMOKE = {
     "gru_imdb__mxnet__eager-sweep": "ok",
     "gru_imdb__chainer": "ok",
     # ResNet-50 (PyTorch's baseline is compiled); TF32 is a GPU's
-    **{
-        f"resnet50_features__{line}": "ok"
-        for line in (
-            "pytorch",
-            "tensorflow",
-            "keras__tensorflow",
-            "keras__jax",
-            "keras__torch",
-            "jax",
-            "mxnet",
-            "chainer",
-        )
-    },
+    **{f"resnet50_features__{line}": "ok" for line in LINES},
     "resnet50_features__tensorflow__tf32": "unsupported",
     # DenseNet-121: every line once, in one of its two data modes, and each mode on 2 devices in each kernel (the
     # data-parallel idioms of PyTorch through torchrun, TensorFlow, MXNet and Chainer); bf16 in every line that has
@@ -118,22 +111,7 @@ PLANNED_SMOKE = {
     # notebook and written the record (2026-11-28, as its kernel stopped): msrun then exits 1
     "densenet_chestxray__mindspore__loader": "ok",
     # The operator benchmarks: every framework line once (each notebook measures every dtype and mode itself)
-    **{
-        f"operators__{line}": "ok"
-        for line in (
-            "pytorch",
-            "tensorflow",
-            "keras__tensorflow",
-            "keras__jax",
-            "keras__torch",
-            "jax",
-            "mxnet",
-            "chainer",
-            "tensorflow1",
-            "paddle",
-            "mindspore",
-        )
-    },
+    **{f"operators__{line}": "ok" for line in (*LINES, "tensorflow1", "paddle", "mindspore")},
 }
 # Lines whose framework computes no bfloat16 on a CPU, whatever the CPU: their bf16 runs stop in the framework's own
 # words (support.measure.<framework>.start), so a kernel of such lines alone runs no bf16 (Chainer: numpy has none).
@@ -470,6 +448,40 @@ def test_each_training_run_fits_the_batch_its_steady_state_trains_on(request, ke
 
 
 # Issue 38: every notebook of a task prints the same epoch line and the same evaluation, in the same words.
+# What each training task's profile must show of its model: its main operations (the GRU's as matmuls where the
+# profiler shows the recurrent layer's parts, as recurrence where it shows the layer whole). Not every profiler names
+# a batch norm or an optimizer step apart from plain arithmetic (docs/profiles.md): the recorded traces' test
+# (tests/test_profiles.py) checks those where it does.
+PROFILED = {
+    "cnn_cifar10": (("convolution",), ("matmul",)),
+    "gru_imdb": (("matmul", "recurrence"),),
+    "densenet_chestxray": (("convolution",),),
+}
+
+
+@pytest.mark.parametrize("key", tier_params(lambda key: ran(key) and is_training(key)))
+def test_each_training_run_profiles_its_step_into_its_models_operations_and_keeps_the_trace(request, key):
+    record, folder = record_of(request, key)
+    profile = record["breakdown"]
+    assert profile["steps"] == record["params"]["profile_steps"] and profile["step_s"] > 0
+    assert sum(profile["shares"].values()) == pytest.approx(1)
+    for either in PROFILED[record["task"]]:
+        assert any(profile["seconds"][part] > 0 for part in either), f"no {' or '.join(either)}: {profile['top']}"
+    assert record["trace"] == str(pathlib.Path(record["executed_notebook"]).with_suffix("")) + ".trace.json.gz"
+    ops = profiles.operations(profiles.load(folder / record["trace"]), profile_reader(record))
+    # every operation the profiler shows apart has a category (support.profiles.RULES); what it runs as one compiled
+    # or bulked event (support.profiles.OPAQUE) stays "other"
+    unnamed = [(n, s) for n, s in ops if profiles.category(n) == "other" and not profiles.opaque(n)]
+    assert sum(s for _, s in unnamed) < 0.05 * sum(s for _, s in ops), sorted({n for n, _ in unnamed})[:10]
+
+
+def profile_reader(record) -> str:
+    """The support.profiles reader of a run's trace: Keras's is its backend's."""
+    if record["framework"] != "keras":
+        return record["framework"]
+    return KERAS_BACKENDS[record["identity"]["api"]]
+
+
 EPOCH_LINE = r"epoch (\d+)/(\d+): \d+\.\d\d s, train loss (\d+\.\d{3}|nan), "
 LOG_LINES = {
     "cnn_cifar10": (

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from scripts.results import Layout
 
-from . import operators
+from . import operators, profiles
 from .peaks import attach_peaks, load_runs
 from .plots import plot, plot_curves, plot_sweeps, plot_variants
 from .readme import headline_profile, readme_table, update_readme, write_machines
@@ -86,6 +86,7 @@ def build(machine_dir: Path, readme: Path | None = None) -> list[dict]:
         if base_rows:
             plot(base_rows, folder / f"{task}.png", title)
             plot_curves(base_rows, folder / f"{task}-curve.png", f"{title}: learning curves")
+            profiles.plot(base_rows, folder / f"{task}-profile.png", f"{title}: where the step goes")
         plot_variants(matrix_rows(task_rows), folder / f"{task}-variants.png", f"{title}: variants")
         plot_sweeps(sweep_rows(task_rows), folder / f"{task}-batch.png", f"{title}: batch size")
     if readme:

@@ -265,6 +265,9 @@ def row(record: dict) -> dict:
         "sweep": record.get("sweep") if record.get("timed", True) else None,  # not a CSV column: sweeps.csv
         # not a CSV column: the operator benchmarks' measurements (scripts/report/operators.py)
         "operators": record.get("operators") if record.get("timed", True) else None,
+        # not CSV columns: where the training step goes (scripts/report/profiles.py) and its trace file
+        "breakdown": record.get("breakdown") if record.get("timed", True) else None,
+        "trace": record.get("trace"),
     }
     if not out["timed"]:  # its runs shared the machine: no time of it is a measurement
         out.update(dict.fromkeys(TIMING_COLUMNS))

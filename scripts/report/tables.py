@@ -13,7 +13,7 @@ from support import tasks
 from support.files import atomic_write, replacing
 from support.records import METRICS
 
-from . import operators
+from . import operators, profiles
 from .peaks import calibration_section
 from .rows import (
     BAND,
@@ -226,7 +226,7 @@ def environment_line(rows: list[dict]) -> Text:
 
 def provenance(rows: list[dict], machine: str) -> Text:
     """Where one profile's rows come from: profile, machine, data kind, then environment_line()."""
-    profiles = [
+    named = [
         part
         for i, p in enumerate(dict.fromkeys(r["profile"] for r in rows))
         for part in ([Span(", ")] if i else []) + [code(p)]
@@ -235,7 +235,7 @@ def provenance(rows: list[dict], machine: str) -> Text:
     machine_line = environment_line(rows)
     return (
         Span("Profile "),
-        *profiles,
+        *named,
         Span(" on "),
         code(machine),
         Span(f"; data: {', '.join(kinds) or '-'}."),
@@ -286,6 +286,7 @@ def write_markdown(rows: list[dict], path: Path, machine: str, runs: dict[str, d
             "",
             images,
             "",
+            *profiles.section(task_rows, task, profile),
         ]
     atomic_write(path, "\n".join(parts + variant_sections(rows)))
 

@@ -21,9 +21,10 @@ reads its weights for the initialisation check (support.init) and reports its de
 from __future__ import annotations
 
 import dataclasses
+import shutil
 from contextlib import contextmanager
 
-from support import files, hardware, records, timing
+from support import files, hardware, profiles, records, timing
 from support import init as initial
 from support import operators as ops
 from support import precision as prec
@@ -175,6 +176,59 @@ class Bench:
         print(timing.describe(summary))
         self.fields["timing"] = summary
         return summary
+
+    # --- the profile: where a steady-state step's time goes (support/profiles.py) -------------------------------
+    def profile(self, step, tracer) -> dict:
+        """Profile the task's `profile_steps` calls of the steady-state `step()` (already warm) under the
+        framework's profiler: `tracer` (the framework module's) has `start(folder)`, which starts its profiler
+        writing in `folder`, `stop()`, which stops it and returns the Chrome trace it made (a path or a dict), and
+        `reader` and `version` (support.profiles.READERS' name, the profiler's version). The steps' wall time is
+        taken between the two, synchronised at both ends. See `profiled`."""
+        steps = self.settings.profile_steps
+        tracer.start(self.profile_folder())
+        try:
+            _, wall_s = timing.timed(lambda: self.steps(step, steps), sync=self.sync)
+        finally:
+            trace = tracer.stop()
+        return self.profiled(tracer, trace, steps=steps, wall_s=wall_s)
+
+    def profiled(self, tracer, trace, *, steps: int, wall_s: float) -> dict:
+        """The breakdown of `steps` profiled steps that took `wall_s`: the trace's operations (support.profiles
+        .operations with `tracer.reader`) by category, and the overhead; printed and recorded as `breakdown`. The
+        trace is kept gzipped beside the record (`trace_path`), to open in Perfetto."""
+        trace = profiles.load(trace) if not isinstance(trace, dict) else trace
+        result = profiles.breakdown(profiles.operations(trace, tracer.reader), steps=steps, wall_s=wall_s)
+        path = profiles.save(trace, self.trace_path())
+        steady = self.fields.get("steps")
+        result.update(
+            profiler=f"{profiles.READERS[tracer.reader].profiler} {tracer.version}".strip(),
+            trace=path.name,
+            steady_step_s=steady["median_s"] if steady else None,  # the same step unprofiled
+        )
+        print(profiles.describe(result) + f"\ntrace: {path}")
+        self.fields["breakdown"] = result
+        return result
+
+    def profile_folder(self):
+        """An empty folder for the profiler's own files, in the run's scratch folder."""
+        folder = self.folder() / "profile"
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir(parents=True)
+        return folder
+
+    def steps(self, step, n: int):
+        """`step()` `n` times, returning the last result (kept alive: JAX's sync waits on live arrays only)."""
+        out = None
+        for _ in range(n):
+            out = step()
+        return out
+
+    def trace_path(self):
+        """Where the profile's trace goes: beside the record (the runner keeps it with the executed notebook), or
+        in the run's scratch folder when there is no record."""
+        if self.record_path:
+            return records.trace_path(self.record_path)
+        return self.folder() / "trace.json.gz"
 
     def sweep(self, make_step, batch_sizes: str, **kwargs) -> dict | None:
         """The steady state at each batch size asked for (support.timing.sweep), within the task's time budget."""

@@ -12,6 +12,9 @@ so a notebook sets them before it imports Chainer or this module.
 from __future__ import annotations
 
 import copy
+import json
+import threading
+import time
 
 import chainer
 import numpy as np
@@ -207,6 +210,78 @@ def device_peak_bytes(bench: Bench) -> int | None:
     """The most bytes in use from CuPy's memory pool at once since the first `start` (its peak hook; PyTorch's
     max_memory_allocated); None on the CPU, where records.write adds the host's peak."""
     return _peak_hook().peak if bench.gpu else None
+
+
+class Tracer(chainer.FunctionHook):
+    """Chainer's function hooks for Bench.profile: Chainer has no trace profiler, but a `FunctionHook` is called
+    before and after every function's forward and backward (its `TimerHook` sums them); this one keeps each call's
+    start and end as a Chrome trace event, named like TimerHook's report by the function's class ('Add', not its
+    label '_ + _'), and an optimizer hook ('pre' and 'post' the update) adds the optimizer's update. On a GPU the
+    times are the host's (CuPy's kernels run asynchronously). The hook's documented use:
+
+        from chainer.function_hooks import TimerHook
+        with TimerHook() as hook:
+            for _ in range(5):
+                optimizer.update(classifier, xb, yb)
+        hook.print_report()
+    """
+
+    name = "ChromeTrace"
+    reader, version = "chainer", chainer.__version__
+
+    def __init__(self, optimizer: chainer.Optimizer):
+        super().__init__()
+        self.optimizer = optimizer
+
+    def _begin(self, name: str, cat: str = "function"):
+        self.stack.append((name, cat, time.perf_counter()))
+
+    def _end(self):
+        name, cat, begun = self.stack.pop()
+        self.events.append(
+            {
+                "ph": "X",
+                "name": name,
+                "cat": cat,
+                "pid": 0,
+                "tid": threading.get_ident(),
+                "ts": begun * 1e6,
+                "dur": (time.perf_counter() - begun) * 1e6,
+            }
+        )
+
+    def forward_preprocess(self, function, in_data):
+        self._begin(function._impl_name)
+
+    def forward_postprocess(self, function, in_data):
+        self._end()
+
+    def backward_preprocess(self, function, in_data, out_grad):
+        self._begin(f"{function._impl_name} backward")
+
+    def backward_postprocess(self, function, in_data, out_grad):
+        self._end()
+
+    def start(self, folder):
+        self.path, self.events, self.stack = folder / "trace.json", [], []
+        self.optimizer.add_hook(
+            lambda opt: self._begin(f"{type(opt).__name__}.update", "optimizer"), "profile_pre", timing="pre"
+        )
+        self.optimizer.add_hook(lambda opt: self._end(), "profile_post", timing="post")
+        self.__enter__()
+
+    def stop(self):
+        self.__exit__(None, None, None)
+        self.optimizer.remove_hook("profile_pre")
+        self.optimizer.remove_hook("profile_post")
+        self.path.write_text(json.dumps({"traceEvents": self.events}))
+        return self.path
+
+
+def profile(bench: Bench, step, optimizer: chainer.Optimizer) -> dict:
+    """Where the steady-state `step()` goes, under Chainer's hooks on its functions and on `optimizer` (Tracer;
+    Bench.profile)."""
+    return bench.profile(step, Tracer(optimizer))
 
 
 def write(bench: Bench, model: chainer.Link, **fields) -> dict:

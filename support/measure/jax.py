@@ -165,6 +165,35 @@ def variant(bench: Bench, name: str, step, *, loss=None) -> dict:
     return steps
 
 
+class Tracer:
+    """`jax.profiler` for Bench.profile: XLA's ops as they run (on a GPU its kernels), written as TensorBoard's XSpace
+    and, with `create_perfetto_trace=True`, as a Chrome trace for Perfetto, which `stop` returns. Its documented use:
+
+        with jax.profiler.trace("logdir", create_perfetto_trace=True):
+            for _ in range(5):
+                state, loss = train_step(state, xb, yb)
+            jax.block_until_ready(loss)
+    """
+
+    reader, version = "jax", jax.__version__
+
+    def __init__(self, gpu: bool = False):
+        self.gpu = gpu
+
+    def start(self, folder):
+        self.folder = folder
+        jax.profiler.start_trace(str(folder), create_perfetto_trace=True)
+
+    def stop(self):
+        jax.profiler.stop_trace()
+        return max(self.folder.glob("plugins/profile/*/perfetto_trace.json.gz"), key=lambda p: p.stat().st_mtime)
+
+
+def profile(bench: Bench, step) -> dict:
+    """Where the steady-state `step()` goes, under jax.profiler (Tracer; Bench.profile)."""
+    return bench.profile(step, Tracer(bench.gpu))
+
+
 def write(bench: Bench, model: nnx.Module, **fields) -> dict:
     """The run's record, with the model's parameter count and the device's peak memory."""
     return bench.write(n_parameters=n_parameters(model), device_peak_bytes=device_peak_bytes(bench), **fields)

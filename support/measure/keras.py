@@ -262,9 +262,51 @@ def steady_state(bench: Bench, model: keras.Model, x: np.ndarray, y: np.ndarray,
         steps=n,
         verbose=0,
     )
+    _fit_repeated(model, x, y, n, laps, dataset)
+    result = timing.steady_summary(watch.laps, steps=steps, warmup=warmup, samples=b, losses=(first, loss()))
+    print(timing.describe(result))
+    bench.fields["steps"] = result
+    return result
+
+
+class _Profiled(keras.callbacks.Callback):
+    """Starts the backend's profiler (`tracer`) and a lap of `watch` at the start of step `first`, and stops both at
+    the start of step `first + steps`: the profile covers those steps as fit() runs them."""
+
+    def __init__(self, tracer, folder, watch: timing.Stopwatch, first: int, steps: int):
+        super().__init__()
+        self.tracer, self.folder, self.watch, self.first, self.steps = tracer, folder, watch, first, steps
+        self.trace = None
+
+    def on_train_batch_begin(self, batch, logs=None):
+        if batch == self.first:
+            self.tracer.start(self.folder)
+            self.watch.start()
+        elif batch == self.first + self.steps:
+            self.watch.stop()
+            self.trace = self.tracer.stop()
+
+
+def profile(bench: Bench, model: keras.Model, x: np.ndarray, y: np.ndarray, *, dataset: bool = False) -> dict:
+    """Where the training step goes as fit() runs it (as `steady_state` does): the task's `profile_steps` steps,
+    after one warm step, under the backend's own profiler (support.measure.tensorflow/jax/pytorch's Tracer: on
+    TensorFlow `tf.profiler`, on JAX `jax.profiler`, on torch `torch.profiler`); Bench.profiled makes the breakdown."""
+    steps = bench.settings.profile_steps
+    n = 1 + steps + 1
+    watch = timing.Stopwatch("profile", warmup=0, sync=bench.sync)
+    profiled = _Profiled(_backend_module().Tracer(bench.gpu), bench.profile_folder(), watch, 1, steps)
+    _fit_repeated(
+        model, x, y, n, _LapsOnly([profiled], add_history=True, model=model, epochs=1, steps=n, verbose=0), dataset
+    )
+    return bench.profiled(profiled.tracer, profiled.trace, steps=steps, wall_s=watch.laps[0])
+
+
+def _fit_repeated(model: keras.Model, x, y, n: int, callbacks, dataset: bool):
+    """One fit() over the batch (x, y) `n` times, through a PyDataset where `dataset` (as the epochs' batches came)."""
     if dataset:
-        model.fit(_Repeated(x, y, n), epochs=1, shuffle=False, verbose=0, callbacks=laps)
+        model.fit(_Repeated(x, y, n), epochs=1, shuffle=False, verbose=0, callbacks=callbacks)
     else:
+        b = len(x)
         model.fit(
             np.concatenate([x] * n),
             np.concatenate([y] * n),
@@ -272,12 +314,8 @@ def steady_state(bench: Bench, model: keras.Model, x: np.ndarray, y: np.ndarray,
             epochs=1,
             shuffle=False,
             verbose=0,
-            callbacks=laps,
+            callbacks=callbacks,
         )
-    result = timing.steady_summary(watch.laps, steps=steps, warmup=warmup, samples=b, losses=(first, loss()))
-    print(timing.describe(result))
-    bench.fields["steps"] = result
-    return result
 
 
 def first_call(bench: Bench, model: keras.Model, x):

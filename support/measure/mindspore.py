@@ -156,6 +156,60 @@ def n_parameters(net: ms.nn.Cell) -> int:
     return int(sum(p.size for p in net.trainable_params()))
 
 
+class Tracer:
+    """MindSpore's profiler for Bench.profile: `mindspore.profiler.profile`, on the CPU its host operators (in graph
+    mode and PyNative alike), analysed on `stop` (synchronously, in a second or two) into a timeline in the Chrome
+    trace format (`<worker>_ascend_ms/ASCEND_PROFILER_OUTPUT/trace_view.json` in the folder). Its documented use:
+
+        from mindspore.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
+        with profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=0, warmup=0, active=1, repeat=1),
+                     on_trace_ready=tensorboard_trace_handler("logdir")) as prof:
+            for _ in range(5):
+                train_step(xb, yb)
+            prof.step()
+
+    The profiled steps are one of the schedule's steps: `stop` ends it (`step`), which analyses it, so the profiler
+    neither warns that it stopped mid-schedule nor records past the steps. Its warning at the start that the
+    schedule has no warm-up (a profiler step before the recorded ones, which the warm steady state makes needless)
+    is kept quiet, and so are the analysis's progress bars."""
+
+    reader, version = "mindspore", ms.__version__
+
+    def __init__(self, gpu: bool = False):
+        from mindspore.profiler import ProfilerActivity
+
+        self.activities = [ProfilerActivity.CPU] + ([ProfilerActivity.GPU] if gpu else [])
+
+    def start(self, folder):
+        from mindspore.profiler import profile, schedule, tensorboard_trace_handler
+
+        self.folder = folder
+        logger = ms.log._get_logger()
+        level = logger.level
+        logger.setLevel(logging.ERROR)
+        try:
+            self.prof = profile(
+                activities=self.activities,
+                schedule=schedule(wait=0, warmup=0, active=1, repeat=1),
+                on_trace_ready=tensorboard_trace_handler(str(folder)),
+                start_profile=False,
+            )
+        finally:
+            logger.setLevel(level)
+        self.prof.start()
+
+    def stop(self):
+        with contextlib.redirect_stdout(io.StringIO()):  # the analysis's progress bars
+            self.prof.step()
+        self.prof.stop()
+        return max(self.folder.rglob("trace_view.json"), key=lambda p: p.stat().st_mtime)
+
+
+def profile(bench: Bench, step) -> dict:
+    """Where the steady-state `step()` goes, under MindSpore's profiler (Tracer; Bench.profile)."""
+    return bench.profile(step, Tracer(bench.gpu))
+
+
 def write(bench: Bench, net: ms.nn.Cell, **fields) -> dict:
     """The run's record, with the network's trainable parameter count (on the CPU records.write adds the host's
     peak memory)."""

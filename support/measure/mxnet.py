@@ -153,6 +153,56 @@ def n_parameters(model) -> int:
     return int(sum(np.prod(a.shape) for a in _arrays(model).values()))
 
 
+class Tracer:
+    """MXNet's profiler for Bench.profile: every operator the engine runs, imperative or in a hybridized graph, as
+    a Chrome trace its `dump` writes. Its documented use:
+
+        mx.profiler.set_config(profile_imperative=True, profile_symbolic=True, filename="trace.json")
+        mx.profiler.set_state("run")
+        for _ in range(5):
+            train_step(xb, yb)
+        mx.nd.waitall()
+        mx.profiler.set_state("stop")
+        mx.profiler.dump()
+    """
+
+    reader, version = "mxnet", mx.__version__
+
+    def __init__(self, gpu: bool = False):
+        self.gpu = gpu
+
+    def start(self, folder):
+        self.path = Path(folder) / "trace.json"
+        mx.profiler.set_config(
+            profile_imperative=True, profile_symbolic=True, aggregate_stats=False, filename=str(self.path)
+        )
+        mx.profiler.set_state("run")
+
+    def stop(self):
+        mx.nd.waitall()
+        mx.profiler.set_state("stop")
+        mx.profiler.dump()
+        return self.path
+
+
+def profile(bench: Bench, step, net: gluon.HybridBlock | None = None) -> dict:
+    """Where the steady-state `step()` goes, under MXNet's profiler (Tracer; Bench.profile). A hybridized graph
+    runs its operators in bulk segments, which the profiler times as one event named by the operators it holds
+    (cut at 127 characters): so a hybridized `net` is profiled hybridized again with no bulk segments
+    (`hybridize`'s forward_bulk_size and backward_bulk_size 0, after one untimed step that traces it again), each
+    operator its own event, then hybridized back with its own flags. The Module API's executor keeps its segments."""
+    flags = dict(net._flags) if net is not None and net._active else None  # hybridize's flags, as last given
+    if flags:
+        net.hybridize(**{**flags, "forward_bulk_size": 0, "backward_bulk_size": 0})
+        step()
+        mx.nd.waitall()
+    try:
+        return bench.profile(step, Tracer(bench.gpu))
+    finally:
+        if flags:
+            net.hybridize(**flags)
+
+
 def write(bench: Bench, model, **fields) -> dict:
     """The run's record, with the model's parameter count. MXNet 1.9 has no peak-memory API for its GPU pool:
     `mx.context.gpu_memory_info()` gives the whole device's free and total bytes at the moment (every process's),

@@ -110,6 +110,43 @@ def sweep(bench: Bench, make_step, batch_sizes: str, *, devices: int = 1) -> dic
     return bench.sweep(make_step, batch_sizes, devices=devices)
 
 
+class Tracer:
+    """`paddle.profiler` for Bench.profile: the host's operators (and on a GPU the kernels), written as a Chrome
+    trace by `export_chrome_tracing`. Its documented use:
+
+        import paddle.profiler as profiler
+        with profiler.Profiler(targets=[profiler.ProfilerTarget.CPU],
+                               on_trace_ready=profiler.export_chrome_tracing("logdir")) as prof:
+            for _ in range(5):
+                train_step(xb, yb)
+                prof.step()
+        prof.summary(op_detail=True)
+    """
+
+    reader, version = "paddle", paddle.__version__
+
+    def __init__(self, gpu: bool = False):
+        import paddle.profiler as profiler
+
+        self.targets = [profiler.ProfilerTarget.CPU] + ([profiler.ProfilerTarget.GPU] if gpu else [])
+
+    def start(self, folder):
+        import paddle.profiler as profiler
+
+        self.folder = folder
+        self.prof = profiler.Profiler(targets=self.targets, on_trace_ready=profiler.export_chrome_tracing(str(folder)))
+        self.prof.start()
+
+    def stop(self):
+        self.prof.stop()
+        return max(self.folder.glob("*.json"), key=lambda p: p.stat().st_mtime)
+
+
+def profile(bench: Bench, step) -> dict:
+    """Where the steady-state `step()` goes, under paddle.profiler (Tracer; Bench.profile)."""
+    return bench.profile(step, Tracer(bench.gpu))
+
+
 def write(bench: Bench, model: paddle.nn.Layer, **fields) -> dict:
     """The run's record, with the model's trainable parameter count (on the CPU records.write adds the host's
     peak memory)."""

@@ -165,6 +165,42 @@ def data_parallel_check(
     return bench.data_parallel(several, one, before, batch_norm="per-device")
 
 
+class Tracer:
+    """`torch.profiler` for Bench.profile: the host's operators (aten::...) on a CPU, and on a GPU the CUDA kernels
+    and copies too (support.profiles reads the kernels alone where there are any). Its documented use, which
+    `start` and `stop` split in two:
+
+        from torch.profiler import ProfilerActivity, profile
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            for _ in range(5):
+                train_step(xb, yb)
+        print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=10))
+        prof.export_chrome_trace("trace.json")     # for Perfetto (ui.perfetto.dev)
+    """
+
+    reader, version = "pytorch", torch.__version__
+
+    def __init__(self, gpu: bool):
+        from torch.profiler import ProfilerActivity
+
+        self.activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if gpu else [])
+
+    def start(self, folder):
+        self.path = folder / "trace.json"
+        self.prof = torch.profiler.profile(activities=self.activities)
+        self.prof.start()
+
+    def stop(self):
+        self.prof.stop()
+        self.prof.export_chrome_trace(str(self.path))
+        return self.path
+
+
+def profile(bench: Bench, step) -> dict:
+    """Where the steady-state `step()` goes, under torch.profiler (Tracer; Bench.profile)."""
+    return bench.profile(step, Tracer(bench.gpu))
+
+
 def write(bench: Bench, model: torch.nn.Module, **fields) -> dict:
     """The run's record, with the model's parameter count and the device's peak memory."""
     return bench.write(n_parameters=n_parameters(model), device_peak_bytes=device_peak_bytes(bench), **fields)

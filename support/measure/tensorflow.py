@@ -10,6 +10,9 @@ TensorFlow after it, and only the TensorFlow notebooks import this module.
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import numpy as np
 import tensorflow as tf
 
@@ -110,6 +113,43 @@ def n_parameters(model: tf.keras.Model) -> int:
 def device_peak_bytes(bench: Bench) -> int | None:
     """TensorFlow's GPU allocator peak (None on the CPU, where records.write adds the host's peak)."""
     return tf.config.experimental.get_memory_info("GPU:0")["peak"] if bench.gpu else None
+
+
+class Tracer:
+    """TensorFlow's profiler for Bench.profile (TensorFlow 2, 1.x sessions and Keras on TensorFlow alike): it traces
+    every op the runtime executes, eager, in a `tf.function`, in a Session or compiled by XLA, into an XSpace file
+    for TensorBoard's profile plugin, which `stop` converts to a Chrome trace with the plugin's own converter
+    (TensorFlow ships it). Its documented use:
+
+        tf.profiler.experimental.start("logdir")
+        for _ in range(5):
+            train_step(xb, yb)
+        tf.profiler.experimental.stop()          # logdir/plugins/profile/<run>/<host>.xplane.pb: TensorBoard's Profile
+    """
+
+    reader, version = "tensorflow", tf.__version__
+
+    def __init__(self, gpu: bool = False):
+        self.gpu = gpu
+
+    def start(self, folder):
+        self.folder = Path(folder)
+        tf.profiler.experimental.start(str(self.folder))
+
+    def stop(self) -> dict:
+        from tensorflow.python.profiler.internal import _pywrap_profiler_plugin as plugin
+
+        tf.profiler.experimental.stop()
+        xspace = max(self.folder.glob("plugins/profile/*/*.xplane.pb"), key=lambda p: p.stat().st_mtime)
+        data, ok = plugin.xspace_to_tools_data([str(xspace)], "trace_viewer@")  # "trace_viewer@": the JSON
+        if not ok:
+            raise RuntimeError(f"TensorFlow's profiler plugin could not convert {xspace} to a trace: {data!r:.200}")
+        return json.loads(data)
+
+
+def profile(bench: Bench, step) -> dict:
+    """Where the steady-state `step()` goes, under TensorFlow's profiler (Tracer; Bench.profile)."""
+    return bench.profile(step, Tracer(bench.gpu))
 
 
 def write(bench: Bench, model: tf.keras.Model, **fields) -> dict:

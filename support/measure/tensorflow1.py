@@ -23,7 +23,11 @@ import tensorflow as tf
 
 from support import env, hardware
 from support.measure import Bench
-from support.measure.tensorflow import device_peak_bytes, gpu_capability  # TensorFlow 2's, graph mode or not
+from support.measure.tensorflow import (  # TensorFlow 2's, graph mode or not
+    Tracer,
+    device_peak_bytes,
+    gpu_capability,
+)
 
 v1 = tf.compat.v1
 
@@ -109,6 +113,19 @@ def n_parameters(graph: tf.Graph) -> int:
     """The graph's trainable parameters (the optimizer's slots are global variables, not trainable ones)."""
     with graph.as_default():
         return int(sum(np.prod(v.shape.as_list()) for v in v1.trainable_variables()))
+
+
+def profile(bench: Bench, step) -> dict:
+    """Where the steady-state `step()` (a `Session.run`) goes, under TensorFlow's profiler, which traces a
+    Session's graph as it does TensorFlow 2's functions (support.measure.tensorflow.Tracer; Bench.profile). TensorFlow
+    1.x's own way traced one `Session.run` at a time into its step stats:
+
+        run_metadata = tf.compat.v1.RunMetadata()
+        session.run(fetches, feed, options=tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE),
+                    run_metadata=run_metadata)
+        trace = tensorflow.python.client.timeline.Timeline(run_metadata.step_stats).generate_chrome_trace_format()
+    """
+    return bench.profile(step, Tracer(bench.gpu))
 
 
 def write(bench: Bench, graph: tf.Graph, **fields) -> dict:
