@@ -163,8 +163,7 @@ def calibrated(
     watch = Stopwatch("call", warmup=0, sync=sync, clock=clock)
     for _ in range(repeats):
         with watch.lap():
-            for _ in range(calls):
-                out = call()  # the last result stays alive through the lap's closing sync (JAX waits on live arrays)
+            out = repeated(call, calls)  # alive through the lap's closing sync
     del out
     per_call = [lap / calls for lap in watch.laps]
     return {
@@ -214,8 +213,7 @@ def steady_state(
     watch = Stopwatch("step", warmup=0, sync=sync, clock=clock)
     for _ in range(repeats):
         with watch.lap(samples):
-            for _ in range(steps):
-                out = step()
+            out = repeated(step, steps)
     return steady_summary(
         watch.laps,
         steps=steps,
@@ -268,6 +266,15 @@ def learned(steady: dict, margin: float = LEARNING_MARGIN) -> tuple[bool, str]:
         f"loss {first:.4g} -> {last:.4g} over {n} steps on one batch: {100 * fell:.1f}% lower"
         + ("" if ok else f", not the {100 * margin:.0f}% that learning needs")
     )
+
+
+def repeated(call: Callable[[], object], n: int) -> object:
+    """`call()` `n` times; returns the last result, for the caller to keep alive through its closing sync (JAX's
+    sync waits only on live arrays: a dropped result lets a lap time the queueing alone)."""
+    out = None
+    for _ in range(n):
+        out = call()
+    return out
 
 
 def timed(

@@ -187,7 +187,7 @@ class Bench:
         steps = self.settings.profile_steps
         tracer.start(self.profile_folder())
         try:
-            _, wall_s = timing.timed(lambda: self.steps(step, steps), sync=self.sync)
+            _, wall_s = timing.timed(lambda: timing.repeated(step, steps), sync=self.sync)
         finally:
             trace = tracer.stop()
         return self.profiled(tracer, trace, steps=steps, wall_s=wall_s)
@@ -215,13 +215,6 @@ class Bench:
         shutil.rmtree(folder, ignore_errors=True)
         folder.mkdir(parents=True)
         return folder
-
-    def steps(self, step, n: int):
-        """`step()` `n` times, returning the last result (kept alive: JAX's sync waits on live arrays only)."""
-        out = None
-        for _ in range(n):
-            out = step()
-        return out
 
     def trace_path(self):
         """Where the profile's trace goes: beside the record (the runner keeps it with the executed notebook), or

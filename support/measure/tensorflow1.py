@@ -14,6 +14,14 @@ Compilation (support/frameworks.py): a Session always runs a graph that Grappler
 auto-clustering (the session's `global_jit_level`; on the CPU with `--tf_xla_cpu_global_jit` in TF_XLA_FLAGS, which
 the notebook sets before TensorFlow first reads them, when it lists its devices); "off" and "auto" leave it out
 (TensorFlow 1.x's own default, and faster for the CNN on this CPU).
+
+The profile step (`profile`) is TensorFlow 2's: its profiler traces a Session's graph as it traces a `tf.function`.
+TensorFlow 1.x's own way traced one `Session.run` at a time into its step stats:
+
+    run_metadata = tf.compat.v1.RunMetadata()
+    session.run(fetches, feed, options=tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE),
+                run_metadata=run_metadata)
+    trace = tensorflow.python.client.timeline.Timeline(run_metadata.step_stats).generate_chrome_trace_format()
 """
 
 from __future__ import annotations
@@ -24,9 +32,9 @@ import tensorflow as tf
 from support import env, hardware
 from support.measure import Bench
 from support.measure.tensorflow import (  # TensorFlow 2's, graph mode or not
-    Tracer,
     device_peak_bytes,
     gpu_capability,
+    profile,  # noqa: F401  (re-exported: the notebooks' profile step)
 )
 
 v1 = tf.compat.v1
@@ -113,19 +121,6 @@ def n_parameters(graph: tf.Graph) -> int:
     """The graph's trainable parameters (the optimizer's slots are global variables, not trainable ones)."""
     with graph.as_default():
         return int(sum(np.prod(v.shape.as_list()) for v in v1.trainable_variables()))
-
-
-def profile(bench: Bench, step) -> dict:
-    """Where the steady-state `step()` (a `Session.run`) goes, under TensorFlow's profiler, which traces a
-    Session's graph as it does TensorFlow 2's functions (support.measure.tensorflow.Tracer; Bench.profile). TensorFlow
-    1.x's own way traced one `Session.run` at a time into its step stats:
-
-        run_metadata = tf.compat.v1.RunMetadata()
-        session.run(fetches, feed, options=tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE),
-                    run_metadata=run_metadata)
-        trace = tensorflow.python.client.timeline.Timeline(run_metadata.step_stats).generate_chrome_trace_format()
-    """
-    return bench.profile(step, Tracer(bench.gpu))
 
 
 def write(bench: Bench, graph: tf.Graph, **fields) -> dict:
