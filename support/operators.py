@@ -344,6 +344,14 @@ class Unavailable(Exception):
     `unavailable` with the reason, never timed."""
 
 
+def over_ceiling(case: Case, seconds: float, ceiling_s: float) -> str:
+    """Why the rungs above `case` were not timed: its call took `seconds`, over the profile's ceiling."""
+    return (
+        f"a call at rung {case.size} ({Size(case.dims, case.model).label}) took {seconds:.2f} s, over the profile's "
+        f"call_ceiling_s={ceiling_s:g}: the larger rungs would take minutes each"
+    )
+
+
 def is_floor(case: Case, modes: tuple) -> bool:
     """Whether `case` is the dispatch floor: the smallest float32 add forward in the framework's first mode."""
     return (case.op, case.size, case.direction, case.dtype, case.mode) == ("add", 0, "forward", "float32", modes[0])

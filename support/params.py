@@ -129,6 +129,7 @@ class OperatorParams:
     repeats: int = 7  # timed repeats per measurement
     warmup_calls: int = 3  # untimed calls first (compilation, kernel selection, caches)
     every_variant: bool = True  # every operation in every mode and dtype (False: support.operators.VARIANT_OPS only)
+    call_ceiling_s: float = 0.0  # a call slower than this ends its ladder: the larger rungs are `skipped` (0: none)
     seed: int = 42
 
 
@@ -206,7 +207,7 @@ _PROFILES = {
     },
     "operators": {
         "full": OperatorParams("full"),
-        "cpu": OperatorParams("cpu", budget_s=0.15, warmup_calls=2),
+        "cpu": OperatorParams("cpu", budget_s=0.15, warmup_calls=2, call_ceiling_s=1.0),
         "tiny": OperatorParams("tiny", sizes=1, budget_s=0.0, warmup_calls=1, every_variant=False),
     },
 }

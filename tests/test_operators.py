@@ -205,6 +205,28 @@ def test_a_float32_failure_is_raised_and_another_dtypes_is_recorded_in_its_words
     assert failed["status"] == "unavailable" and failed["reason"] == "TypeError: no bf16 kernel for matmul"
 
 
+def test_a_call_over_the_ceiling_ends_its_ladder_and_the_larger_rungs_say_why(tmp_path):
+    import dataclasses
+    import time
+
+    bench = operator_bench(tmp_path)
+    bench.settings = dataclasses.replace(bench.settings, sizes=3, call_ceiling_s=0.004)
+    slow = lambda case: (lambda: time.sleep(0.005)) if case.op == "gru" and case.size >= 1 else (lambda: None)
+    results = bench.operators(slow, modes=("eager",))
+    gru = {(r["size"], r["direction"]): r for r in results if r["op"] == "gru"}
+    assert [gru[0, d]["status"] for d in ops.DIRECTIONS] == ["ok", "ok"]
+    assert [gru[1, d]["status"] for d in ops.DIRECTIONS] == ["ok", "ok"]  # timed: its own time ends the ladder
+    for direction in ops.DIRECTIONS:
+        skipped = gru[2, direction]
+        assert skipped["status"] == "skipped" and "median_s" not in skipped
+        assert "rung 1" in skipped["reason"] and "call_ceiling_s=0.004" in skipped["reason"], skipped["reason"]
+    assert all(r["status"] == "ok" for r in results if r["op"] != "gru")  # other ladders run on
+    bench.write(metrics={}, data="synthetic", n_parameters=None)
+    record = records.validate(json.loads((tmp_path / "record.json").read_text()))
+    assert sum(e["status"] == "skipped" for e in record["operators"]) == 2
+    assert "not run (2: gru float32 eager)" in ops.describe(results)
+
+
 def test_an_operators_record_without_its_measurements_is_refused(tmp_path):
     bench = operator_bench(tmp_path)
     bench.operators(Fake().make, modes=("eager",))

@@ -299,10 +299,12 @@ class Bench:
         builds the call that runs one (the notebook's: its inputs made, its gradients asked for, compiled in a
         compiled mode) and support.timing.calibrated times it. A dtype this framework or device does not compute is
         recorded `unsupported` with `reason`; a call `make` cannot build raises support.operators.Unavailable with
-        the framework's words and is recorded `unavailable`; any other float32 failure is raised, as a defect.
+        the framework's words and is recorded `unavailable`; any other float32 failure is raised, as a defect. A
+        call slower than the profile's `call_ceiling_s` (its median) ends its ladder: the larger rungs of that
+        operation, direction, dtype and mode are recorded `skipped`, with the time that ended it.
         Prints one line per operation, direction, dtype and mode (its GFLOP/s up the ladder); the record's timing
         is the dispatch floor, the first mode's smallest float32 add."""
-        settings, results, floor = self.settings, [], None
+        settings, results, floor, ended = self.settings, [], None, {}
         for case in ops.plan(settings, modes, gpu=self.gpu, dtypes=dtypes):
             entry = {
                 "op": case.op,
@@ -317,6 +319,10 @@ class Bench:
             why = self.reason(ops.PRECISION_OF[case.dtype])
             if why:
                 results.append({**entry, "status": "unsupported", "reason": why})
+                continue
+            ladder = (case.op, case.direction, case.dtype, case.mode)
+            if ladder in ended:
+                results.append({**entry, "status": "skipped", "reason": ended[ladder]})
                 continue
             try:
                 summary = timing.calibrated(
@@ -337,6 +343,8 @@ class Bench:
                 continue
             results.append({**entry, "status": "ok", **ops.timed_fields(summary, case.flops)})
             floor = floor or (summary if ops.is_floor(case, modes) else None)
+            if settings.call_ceiling_s and summary["median_s"] > settings.call_ceiling_s:
+                ended[ladder] = ops.over_ceiling(case, summary["median_s"], settings.call_ceiling_s)
         print(ops.describe(results))
         if floor is None:
             raise RuntimeError("the operator benchmarks' plan has no float32 add in the first mode: the floor")
