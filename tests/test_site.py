@@ -109,9 +109,9 @@ def test_every_framework_and_section_is_on_the_page(site, page, task):
     assert page.locator("#chooser input").count() == len(frameworks(task))
 
 
-# Tasks whose quiet `cpu` run is not committed yet: their page must say so (issue 41's operator benchmarks, whose
-# committed run comes with the profile step's); a task that has results here fails until it leaves this set.
-PENDING = {"operators"}
+# Tasks whose quiet `cpu` run is not committed yet: their page must say so; a task that has results here fails until
+# it leaves this set (a new task joins it until its first quiet run is committed).
+PENDING: set = set()
 
 
 @pytest.mark.parametrize("task", suite.TASKS)
